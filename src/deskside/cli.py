@@ -1,0 +1,224 @@
+"""The `deskside` command: a thin face over the library. Each command parses its flags,
+calls one library function, and prints a rich summary or, with --json, one JSON object."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from deskside.errors import DesksideError, RecipeError, UsageError
+
+app = typer.Typer(
+    name="deskside",
+    help="Serve frontier LLMs across a few deskside GPU nodes with vLLM - planned exactly, "
+    "launched in order, and proven.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+model_app = typer.Typer(help="Model helpers (tiny local models for tests and demos).")
+app.add_typer(model_app, name="model")
+
+out = Console()
+err = Console(stderr=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def fail(error: DesksideError, as_json: bool = False) -> NoReturn:
+    """Print a user-facing error (never a traceback) and exit with its code."""
+    if as_json:
+        emit_json(error.to_dict())
+    elif isinstance(error, RecipeError):
+        from deskside.recipe.load import format_recipe_error
+
+        err.print(format_recipe_error(error), markup=False, highlight=False)
+    else:
+        where = f"{error.location}: " if error.location else ""
+        err.print(f"[bold red]error:[/] {where}{error.message}", highlight=False)
+        if error.hint:
+            err.print(f"  [dim]hint:[/] {error.hint}", highlight=False)
+    raise typer.Exit(error.exit_code)
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@app.command()
+def plan(
+    recipe: Annotated[Path | None, typer.Argument(help="Recipe YAML to plan.")] = None,
+    model_dir: Annotated[
+        Path | None, typer.Option(help="Plan a model folder (its config.json) without a recipe.")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="gpu or cpu.")] = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Hardware profile (gb10, h100-80gb, h200-141gb, ...).")
+    ] = None,
+    kv_cache_memory: Annotated[
+        str | None, typer.Option(help="Explicit KV cache memory per rank, e.g. 1GiB.")
+    ] = None,
+    max_model_len: Annotated[str | None, typer.Option(help="Context length, or 'auto'.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallel size.")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="KV cache dtype.")] = None,
+    speculative: Annotated[
+        str | None, typer.Option(help='Speculative config JSON, e.g. {"method":"mtp",...}.')
+    ] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option()] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
+    max_num_seqs: Annotated[int | None, typer.Option()] = None,
+    block_size: Annotated[int | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Plan memory exactly as vLLM will: KV blocks, tokens, concurrency, and refusals."""
+    from deskside.planning import Overrides, plan_model_dir, plan_recipe
+    from deskside.units import parse_bytes
+
+    try:
+        overrides = Overrides(
+            device=device,
+            hardware=hardware,
+            kv_cache_memory=_parse(parse_bytes, kv_cache_memory, "--kv-cache-memory"),
+            max_model_len=_parse_len(max_model_len),
+            tensor_parallel_size=tp,
+            kv_cache_dtype=kv_cache_dtype,
+            speculative=_parse(json.loads, speculative, "--speculative"),
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            block_size=block_size,
+        )
+        if device is not None and device not in ("gpu", "cpu"):
+            raise UsageError(f"--device must be gpu or cpu, not {device!r}")
+        if recipe is not None and model_dir is not None:
+            raise UsageError("give a recipe or --model-dir, not both")
+        if recipe is not None:
+            from deskside.recipe.load import load_recipe
+
+            result = plan_recipe(load_recipe(recipe), recipe, overrides)
+        elif model_dir is not None:
+            result = plan_model_dir(model_dir, overrides)
+        else:
+            raise UsageError(
+                "nothing to plan", hint="deskside plan RECIPE, or deskside plan --model-dir DIR"
+            )
+    except DesksideError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+    else:
+        from deskside.report import print_plan
+
+        print_plan(out, result)
+    if not result.fits:
+        raise typer.Exit(3)
+
+
+def _parse(fn: Any, value: str | None, flag: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return fn(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def _parse_len(value: str | None) -> int | str | None:
+    if value is None or value == "auto":
+        return value
+    try:
+        n = int(value.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise UsageError(f"--max-model-len must be a number or 'auto', not {value!r}") from None
+    if n < 1:
+        raise UsageError("--max-model-len must be at least 1")
+    return n
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@app.command()
+def schema() -> None:
+    """Print the recipe JSON Schema (for editors)."""
+    from deskside.recipe.schema import recipe_json_schema
+
+    emit_json(recipe_json_schema())
+
+
+@app.command()
+def validate(recipe: Path, as_json: JsonFlag = False) -> None:
+    """Load a recipe and report the first problems, located."""
+    from deskside.recipe.load import load_recipe
+
+    try:
+        loaded = load_recipe(recipe)
+    except DesksideError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json(
+            {"ok": True, "name": loaded.name, "nodes": [n.name for n in loaded.cluster.nodes]}
+        )
+    else:
+        out.print(f"[green]ok[/] {recipe}: {loaded.name}, {len(loaded.cluster.nodes)} node(s)")
+
+
+# --------------------------------------------------------------------------- model
+
+
+@model_app.command("tiny")
+def model_tiny(
+    arch: Annotated[str, typer.Option(help="deepseek-v3, llama, qwen3 or gemma3.")] = "deepseek-v3",
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write.")] = Path("tiny-model"),
+    as_json: JsonFlag = False,
+) -> None:
+    """Write a tiny model (config.json + a locally trained tokenizer) for vLLM's dummy
+    weights: no downloads."""
+    from deskside.tiny import ARCHS, write_tiny_model
+
+    if arch not in ARCHS:
+        fail(UsageError(f"unknown arch {arch!r}", hint="one of " + ", ".join(ARCHS)), as_json)
+    path = write_tiny_model(arch, out_dir)
+    if as_json:
+        emit_json({"arch": arch, "path": str(path)})
+    else:
+        out.print(f"wrote tiny {arch} model to {path}")
+
+
+def main() -> None:
+    """Console entry point: user errors print without a traceback; internal errors say
+    how to get one."""
+    try:
+        app()
+    except DesksideError as exc:  # raised outside a command's own handling
+        try:
+            fail(exc)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # a bug of ours, not the user's mistake
+        if os.environ.get("DESKSIDE_DEBUG"):
+            traceback.print_exc()
+        err.print(
+            f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"
+            "  [dim]hint:[/] this is a deskside bug; rerun with DESKSIDE_DEBUG=1 for the "
+            "traceback and report it",
+            highlight=False,
+        )
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    main()

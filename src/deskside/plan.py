@@ -1,0 +1,386 @@
+"""The planner: from a model, an engine request and the hardware, exactly what vLLM will
+do with memory on every rank — before anything starts. Pure: no I/O.
+
+Memory on a GPU rank (vLLM Worker.determine_available_memory):
+
+    requested   = total x gpu_memory_utilization
+    available   = requested - weights - non-KV memory (activation peak, workspaces,
+                  NCCL/CUDA buffers) - CUDA-graph estimate (only when opted in)
+
+or `kv_cache_memory` exactly when given (it bypasses profiling). On CPU the KV memory is
+always explicit. The KV side (blocks, tokens, concurrency, the refusal and the estimated
+maximum length) is vLLM's own arithmetic (deskside.kv); the non-KV side on GPU is an
+estimate (deskside.overhead) whose sources the plan prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deskside.arch import ModelArch
+from deskside.cache_specs import layer_specs
+from deskside.engine_config import EngineRequest, EngineSettings, resolve
+from deskside.hardware import HardwareProfile
+from deskside.kv import (
+    KVGroup,
+    Limits,
+    capacity,
+    estimate_max_model_len,
+    kv_cache_groups,
+    needed_bytes,
+)
+from deskside.overhead import NonKVEstimate, estimate_non_kv
+from deskside.units import format_gib
+
+GIB = 1024**3
+
+
+class RankPlan(BaseModel):
+    """One engine rank (one GPU, or one CPU process)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    node: str | None = None
+    kv_bytes_per_token: int = Field(description="KV bytes one token costs in every layer")
+    block_size: int
+    num_blocks: int
+    bytes_per_block: int
+    kv_cache_tokens: int = Field(description='vLLM\'s "KV cache size: N tokens"')
+    max_concurrency: float = Field(description="requests of max_model_len that fit at once")
+    max_model_len: int
+    fits: bool
+    needed_kv_bytes: int = Field(description="KV memory one max_model_len request needs")
+    available_kv_bytes: int
+    estimated_max_model_len: int | None
+    weights_bytes: int
+    non_kv_bytes: int
+    non_kv_breakdown: dict[str, int]
+    kv_groups: list[dict[str, Any]]
+    warnings: list[str]
+
+
+class NodeMemory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hardware: str
+    unified: bool
+    total_bytes: int
+    vllm_budget_bytes: int
+    headroom_bytes: int
+    safety_floor_bytes: int
+
+
+class Plan(BaseModel):
+    """What vLLM will do with memory, per rank, and whether it is safe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: dict[str, Any]
+    engine: dict[str, Any]
+    ranks: list[RankPlan]
+    memory: NodeMemory | None
+    # the limiting rank's figures, repeated at the top for scripts
+    kv_bytes_per_token: int
+    block_size: int
+    num_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_model_len: int
+    fits: bool
+    estimated_max_model_len: int | None
+    weights_bytes: int
+    needed_kv_bytes: int
+    available_kv_bytes: int
+    refusal: str | None
+    warnings: list[str]
+    assumptions: list[str]
+    kv_cache_line: str = Field(description="the line vLLM logs for this capacity")
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    arch: ModelArch
+    request: EngineRequest
+    hardware: HardwareProfile
+    weights_format: str | None = None
+    min_headroom: int | None = None  # overrides the hardware profile's safety floor
+    node_names: tuple[str, ...] = ()
+
+
+def vllm_gib(n: int) -> str:
+    """vllm.utils.mem_utils.format_gib: round(bytes / GiB, 2) printed as Python does."""
+    return f"{round(n / GIB, 2)}"
+
+
+def vllm_refusal(max_model_len: int, needed: int, available: int, estimated: int) -> str:
+    """_check_enough_kv_cache_memory's message, word for word (vLLM 0.32)."""
+    estimated_msg = (
+        f"Based on the available memory, the estimated maximum model length is {estimated}. "
+        if estimated > 0
+        else ""
+    )
+    return (
+        f"To serve at least one request with the model's max seq len ({max_model_len}), "
+        f"({vllm_gib(needed)} GiB KV cache is needed, which is larger than "
+        f"the available KV cache memory ({vllm_gib(available)} GiB). "
+        f"{estimated_msg}Try increasing `gpu_memory_utilization` (which also controls CPU "
+        "memory on the CPU backend) or decreasing `max_model_len` when initializing the engine."
+    )
+
+
+def kv_cache_line(device: str, tokens: int, max_model_len: int, concurrency: float) -> str:
+    """update_kv_cache_capacity's log line."""
+    name = "GPU" if device == "gpu" else device.upper()
+    return (
+        f"{name} KV cache size: {tokens:,} tokens, Maximum concurrency for "
+        f"{max_model_len:,} tokens per request: {concurrency:.2f}x"
+    )
+
+
+def _group_summary(groups: list[KVGroup], limits: Limits) -> list[dict[str, Any]]:
+    return [
+        {
+            "layers": len(g.layers),
+            "types": sorted({s.type for s in g.specs}),
+            "block_size": g.specs[0].block_size,
+            "page_size_bytes": g.page_size_bytes,
+            "blocks_per_request": g.blocks_per_request(limits),
+        }
+        for g in groups
+    ]
+
+
+def _kv_bytes_per_token(groups: list[KVGroup]) -> int:
+    return sum(s.page_size_bytes // s.block_size for g in groups for s in g.specs)
+
+
+def plan(inp: PlanInput) -> Plan:
+    arch, hw = inp.arch, inp.hardware
+    req = inp.request
+    settings = resolve(arch, req)
+    warnings: list[str] = list(settings.notes)
+    assumptions: list[str] = []
+
+    specs = layer_specs(arch, settings)
+    block_outermost = arch.family == "deepseek_v4"
+    groups = kv_cache_groups(specs, block_outermost=block_outermost)
+
+    # max_model_len: the request, or the model's limit when auto-fitting.
+    derived = settings.derived_max_model_len
+    auto = settings.max_model_len is None
+    max_model_len = derived if auto else int(settings.max_model_len or derived)
+    if not auto and max_model_len > derived:
+        warnings.append(
+            f"max_model_len {max_model_len:,} is over the model's limit "
+            f"(max_position_embeddings {derived:,}); vLLM refuses it unless "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and quality past the limit is not guaranteed"
+        )
+    limits = Limits(max_model_len=max_model_len, max_in_flight_tokens=settings.max_in_flight_tokens)
+
+    tp = settings.tensor_parallel_size
+    weights = arch.weight_bytes_per_rank(tp, inp.weights_format)
+    overhead: NonKVEstimate = estimate_non_kv(arch, settings, max_model_len)
+
+    memory: NodeMemory | None = None
+    if req.kv_cache_memory is not None:
+        available = req.kv_cache_memory
+        assumptions.append(
+            f"KV cache memory is fixed at {format_gib(available)} per rank "
+            "(kv_cache_memory / VLLM_CPU_KVCACHE_SPACE): vLLM skips memory profiling"
+        )
+        budget = weights + overhead.total + available if req.device == "gpu" else available
+    else:
+        if req.device == "cpu":
+            raise_missing_cpu_kv()
+        requested = -(-int(hw.total_bytes * settings.gpu_memory_utilization * 1000) // 1000)
+        available = requested - weights - overhead.total
+        budget = requested
+        assumptions.append(
+            f"{hw.name}: {format_gib(hw.total_bytes)} reported per device x "
+            f"gpu_memory_utilization {settings.gpu_memory_utilization} = "
+            f"{format_gib(requested)} for vLLM; weights {format_gib(weights)} and "
+            f"non-KV {format_gib(overhead.total)} come off it"
+        )
+    assumptions.extend(overhead.sources)
+
+    if hw.total_bytes > 0:
+        floor = inp.min_headroom if inp.min_headroom is not None else hw.safety_floor_bytes
+        headroom = hw.total_bytes - budget
+        memory = NodeMemory(
+            hardware=hw.name,
+            unified=hw.unified,
+            total_bytes=hw.total_bytes,
+            vllm_budget_bytes=budget,
+            headroom_bytes=headroom,
+            safety_floor_bytes=floor,
+        )
+
+    # Reserve the null block the pool always holds back (get_kv_cache_configs).
+    cap = capacity(groups, limits, available)
+    check_memory = available - cap.bytes_per_block
+    needed = needed_bytes(groups, limits)
+    refusal: str | None = None
+    estimated: int | None = None
+    if auto:
+        fit = estimate_max_model_len(groups, limits, check_memory)
+        if fit <= 0:
+            refusal = (
+                "Cannot auto-fit max_model_len: not enough GPU memory available to serve "
+                "even a single token. Try increasing `gpu_memory_utilization`."
+            )
+        else:
+            max_model_len = min(fit, derived)
+            limits = Limits(max_model_len, limits.max_in_flight_tokens)
+            cap = capacity(groups, limits, available)
+            needed = needed_bytes(groups, limits)
+            assumptions.append(f"max_model_len auto: {max_model_len:,} fits (vLLM's auto-fit)")
+    if available <= 0:
+        refusal = (
+            "No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    elif needed > check_memory and refusal is None:
+        estimated = estimate_max_model_len(groups, limits, check_memory)
+        refusal = vllm_refusal(max_model_len, needed, check_memory, estimated)
+
+    if memory is not None and hw.unified and memory.headroom_bytes < memory.safety_floor_bytes:
+        freeze = (
+            f"unified-memory headroom {format_gib(memory.headroom_bytes)} on {hw.name} is "
+            f"below the safety floor {format_gib(memory.safety_floor_bytes)}: the host can "
+            "freeze (CPU and GPU share this memory and vLLM does not enforce its budget "
+            "during start-up). Lower gpu_memory_utilization"
+        )
+        refusal = f"{refusal}\n{freeze}" if refusal else freeze
+
+    spec = settings.speculative
+    if spec is not None and settings.max_num_scheduled_tokens < 8192:
+        warnings.append(
+            f"max_num_scheduled_tokens is set to {settings.max_num_scheduled_tokens} based on "
+            "the speculative decoding settings. This may lead to suboptimal performance. "
+            "Consider increasing max_num_batched_tokens to accommodate the additional draft "
+            "token slots, or decrease num_speculative_tokens."
+        )
+    if settings.max_num_seqs and cap.max_concurrency < settings.max_num_seqs and refusal is None:
+        warnings.append(
+            f"max_num_seqs {settings.max_num_seqs} but only {cap.max_concurrency:.2f} requests "
+            f"of {max_model_len:,} tokens fit in the KV cache: long requests will queue or be "
+            "preempted"
+        )
+
+    fits = refusal is None
+    ranks = []
+    world = tp * settings.pipeline_parallel_size
+    for rank in range(world):
+        node = None
+        if inp.node_names:
+            per_node = max(1, world // len(inp.node_names))
+            node = inp.node_names[min(rank // per_node, len(inp.node_names) - 1)]
+        ranks.append(
+            RankPlan(
+                rank=rank,
+                node=node,
+                kv_bytes_per_token=_kv_bytes_per_token(groups),
+                block_size=settings.block_size,
+                num_blocks=cap.num_blocks,
+                bytes_per_block=cap.bytes_per_block,
+                kv_cache_tokens=cap.kv_cache_tokens,
+                max_concurrency=round(cap.max_concurrency, 4),
+                max_model_len=max_model_len,
+                fits=fits,
+                needed_kv_bytes=needed,
+                available_kv_bytes=available,
+                estimated_max_model_len=estimated,
+                weights_bytes=weights,
+                non_kv_bytes=overhead.total,
+                non_kv_breakdown=dict(overhead.parts),
+                kv_groups=_group_summary(groups, limits),
+                warnings=warnings,
+            )
+        )
+    r0 = ranks[0]
+    return Plan(
+        model=_model_summary(arch, inp.weights_format),
+        engine=_engine_summary(settings, max_model_len),
+        ranks=ranks,
+        memory=memory,
+        kv_bytes_per_token=r0.kv_bytes_per_token,
+        block_size=r0.block_size,
+        num_blocks=r0.num_blocks,
+        kv_cache_tokens=r0.kv_cache_tokens,
+        max_concurrency=r0.max_concurrency,
+        max_model_len=max_model_len,
+        fits=fits,
+        estimated_max_model_len=estimated,
+        weights_bytes=weights,
+        needed_kv_bytes=needed,
+        available_kv_bytes=available,
+        refusal=refusal,
+        warnings=warnings,
+        assumptions=assumptions,
+        kv_cache_line=kv_cache_line(
+            settings.device, cap.kv_cache_tokens, max_model_len, cap.max_concurrency
+        ),
+    )
+
+
+def raise_missing_cpu_kv() -> None:
+    from deskside.errors import UsageError
+
+    raise UsageError(
+        "vLLM on CPU needs an explicit KV cache size",
+        hint="set engine.kv_cache_memory in the recipe (e.g. 1GiB) or pass --kv-cache-memory",
+    )
+
+
+def _model_summary(arch: ModelArch, weights_format: str | None) -> dict[str, Any]:
+    kinds: dict[str, int] = {}
+    for layer in arch.target_layers:
+        key = layer.kind if not layer.compress_ratio else f"{layer.kind}/c{layer.compress_ratio}"
+        kinds[key] = kinds.get(key, 0) + 1
+    fmt = weights_format or arch.weights_format
+    return {
+        "architecture": arch.architecture,
+        "family": arch.family,
+        "total_params": arch.params.total,
+        "active_params": arch.active_params,
+        "weights_format": fmt,
+        "weights_bytes_total": arch.weight_bytes(fmt),
+        "max_position_embeddings": arch.max_position_embeddings,
+        "layers": kinds,
+        "mtp_layers": arch.num_mtp_layers,
+        "notes": list(arch.notes),
+    }
+
+
+def _engine_summary(s: EngineSettings, max_model_len: int) -> dict[str, Any]:
+    return {
+        "device": s.device,
+        "tensor_parallel_size": s.tensor_parallel_size,
+        "pipeline_parallel_size": s.pipeline_parallel_size,
+        "kv_cache_dtype": s.kv_cache_dtype,
+        "block_size": s.block_size,
+        "max_model_len": max_model_len,
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+        "max_num_scheduled_tokens": s.max_num_scheduled_tokens,
+        "max_num_seqs": s.max_num_seqs,
+        "gpu_memory_utilization": s.gpu_memory_utilization,
+        "kv_cache_memory": s.kv_cache_memory,
+        "speculative": (
+            {
+                "method": s.speculative.method,
+                "num_speculative_tokens": s.speculative.num_speculative_tokens,
+            }
+            if s.speculative
+            else None
+        ),
+        "draft_layers_cached": s.num_draft_layers,
+        "enable_chunked_prefill": s.enable_chunked_prefill,
+        "enable_prefix_caching": s.enable_prefix_caching,
+        "async_scheduling": s.async_scheduling,
+        "enforce_eager": s.enforce_eager,
+        "vllm_version": s.vllm_version,
+    }

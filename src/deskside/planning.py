@@ -1,0 +1,204 @@
+"""Build planner inputs from a recipe or from command-line flags, and find the model's
+config.json. This is the edge around the pure planner: it reads files."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deskside.arch import ModelArch, read_arch
+from deskside.engine_config import EngineRequest, Speculative
+from deskside.errors import ModelConfigError, UsageError
+from deskside.hardware import PROFILES, HardwareProfile, get_profile
+from deskside.plan import Plan, PlanInput, plan
+
+if TYPE_CHECKING:
+    from deskside.recipe.model import Recipe
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Flags that override a recipe's engine values (None = keep the recipe's)."""
+
+    device: str | None = None
+    hardware: str | None = None
+    kv_cache_memory: int | None = None
+    max_model_len: int | str | None = None  # int or "auto"
+    tensor_parallel_size: int | None = None
+    kv_cache_dtype: str | None = None
+    speculative: dict[str, Any] | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int | None = None
+
+
+def read_config_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ModelConfigError(f"{path}: no such file", hint="point at a model folder") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelConfigError(f"{path}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(
+            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ModelConfigError(f"{path}: config.json must be a JSON object")
+    return data
+
+
+def hf_cache_config(repo: str, revision: str | None) -> Path | None:
+    """config.json of `repo` at `revision` in the local Hugging Face cache, if present."""
+    home = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
+    )
+    snapshots = home.expanduser() / f"models--{repo.replace('/', '--')}" / "snapshots"
+    if revision:
+        candidate = snapshots / revision / "config.json"
+        return candidate if candidate.is_file() else None
+    return None
+
+
+def recipe_model_config(recipe: Recipe, recipe_path: Path) -> tuple[dict[str, Any], str]:
+    """The model's config.json for a recipe and where it came from: the checkpoint's own
+    (local folder, or the Hugging Face cache at the pinned revision) wins over the copy
+    shipped beside the recipe."""
+    base = recipe_path.parent
+    m = recipe.model
+    if m.path:
+        candidate = (base / m.path).expanduser() / "config.json"
+        if candidate.is_file():
+            return read_config_json(candidate), str(candidate)
+    if m.repo and (cached := hf_cache_config(m.repo, m.revision)) is not None:
+        return read_config_json(cached), str(cached)
+    if m.config:
+        candidate = (base / m.config).expanduser()
+        return read_config_json(candidate), str(candidate)
+    where = f"{m.path}/config.json" if m.path else f"{m.repo}@{m.revision} in the HF cache"
+    hint = "set model.config to a config.json beside the recipe to plan offline"
+    if m.path and recipe.engine.load_format == "dummy":
+        hint = "create the model first: deskside model tiny --arch deepseek-v3 --out " + m.path
+    raise ModelConfigError(f"no config.json found ({where})", hint=hint)
+
+
+def _speculative(data: dict[str, Any] | None) -> Speculative | None:
+    if not data:
+        return None
+    try:
+        return Speculative(str(data["method"]), int(data["num_speculative_tokens"]))
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(
+            "speculative config needs 'method' and 'num_speculative_tokens'",
+            hint='e.g. --speculative \'{"method": "mtp", "num_speculative_tokens": 3}\'',
+        ) from None
+
+
+def _max_len(value: int | str | None) -> int | None:
+    if value is None or value == "auto":
+        return None
+    return int(value)
+
+
+def request_from_recipe(recipe: Recipe, hw: HardwareProfile, o: Overrides) -> EngineRequest:
+    e = recipe.engine
+    spec = None
+    if e.speculative is not None:
+        spec = Speculative(e.speculative.method, e.speculative.num_speculative_tokens)
+    req = EngineRequest(
+        device=e.device,
+        tensor_parallel_size=e.tensor_parallel_size,
+        pipeline_parallel_size=e.pipeline_parallel_size,
+        kv_cache_dtype=e.kv_cache_dtype,
+        block_size=e.block_size,
+        max_model_len=_max_len(e.max_model_len),
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        max_num_seqs=e.max_num_seqs,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        kv_cache_memory=e.kv_cache_memory,
+        speculative=spec,
+        enable_chunked_prefill=e.enable_chunked_prefill,
+        enable_prefix_caching=e.enable_prefix_caching,
+        async_scheduling=e.async_scheduling,
+        enforce_eager=e.enforce_eager,
+        vllm_version=e.vllm_version,
+        device_total_bytes=hw.total_bytes,
+    )
+    return apply_overrides(req, o)
+
+
+def apply_overrides(req: EngineRequest, o: Overrides) -> EngineRequest:
+    changes: dict[str, Any] = {}
+    if o.device is not None:
+        changes["device"] = o.device
+    if o.kv_cache_memory is not None:
+        changes["kv_cache_memory"] = o.kv_cache_memory
+        changes["gpu_memory_utilization"] = None
+    if o.max_model_len is not None:
+        changes["max_model_len"] = _max_len(o.max_model_len)
+    if o.tensor_parallel_size is not None:
+        changes["tensor_parallel_size"] = o.tensor_parallel_size
+    if o.kv_cache_dtype is not None:
+        changes["kv_cache_dtype"] = o.kv_cache_dtype
+    if o.speculative is not None:
+        changes["speculative"] = _speculative(o.speculative)
+    if o.gpu_memory_utilization is not None:
+        changes["gpu_memory_utilization"] = o.gpu_memory_utilization
+        changes["kv_cache_memory"] = None
+    if o.max_num_batched_tokens is not None:
+        changes["max_num_batched_tokens"] = o.max_num_batched_tokens
+    if o.max_num_seqs is not None:
+        changes["max_num_seqs"] = o.max_num_seqs
+    if o.block_size is not None:
+        changes["block_size"] = o.block_size
+    return replace(req, **changes)
+
+
+def _hardware(name: str | None, device: str) -> HardwareProfile:
+    if name is None:
+        return get_profile("cpu" if device == "cpu" else "h100-80gb")
+    if name not in PROFILES:
+        raise UsageError(f"unknown hardware profile {name!r}", hint="known: " + ", ".join(PROFILES))
+    return PROFILES[name]
+
+
+def plan_recipe(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -> Plan:
+    o = o or Overrides()
+    config, source = recipe_model_config(recipe, recipe_path)
+    arch = read_arch(config)
+    hw = _hardware(o.hardware or recipe.head.hardware, o.device or recipe.engine.device)
+    req = request_from_recipe(recipe, hw, o)
+    result = plan(
+        PlanInput(
+            arch=arch,
+            request=req,
+            hardware=hw,
+            weights_format=recipe.model.weights_format,
+            min_headroom=recipe.guard.min_headroom,
+            node_names=tuple(n.name for n in recipe.cluster.nodes),
+        )
+    )
+    result.assumptions.insert(0, f"model config: {source}")
+    return result
+
+
+def plan_model_dir(model_dir: Path, o: Overrides) -> Plan:
+    arch = read_model_dir(model_dir)
+    device = o.device or "gpu"
+    hw = _hardware(o.hardware, device)
+    req = apply_overrides(EngineRequest(device=device, device_total_bytes=hw.total_bytes), o)
+    if req.tensor_parallel_size < 1:
+        raise UsageError("--tp must be at least 1")
+    result = plan(PlanInput(arch=arch, request=req, hardware=hw))
+    result.assumptions.insert(0, f"model config: {model_dir / 'config.json'}")
+    return result
+
+
+def read_model_dir(model_dir: Path) -> ModelArch:
+    path = model_dir / "config.json" if model_dir.is_dir() else model_dir
+    return read_arch(read_config_json(path))

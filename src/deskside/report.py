@@ -1,0 +1,78 @@
+"""Rich renderings of library results for the terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from deskside.plan import Plan
+from deskside.units import format_gib
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def print_plan(console: Console, p: Plan) -> None:
+    m, e = p.model, p.engine
+    console.print(
+        f"[bold]{m['architecture']}[/] ({m['family']}): {_params(m['total_params'])} parameters, "
+        f"{_params(m['active_params'])} active per token, weights {m['weights_format']} "
+        f"{format_gib(m['weights_bytes_total'])} in all"
+    )
+    spec = e["speculative"]
+    console.print(
+        f"engine: {e['device']}, TP {e['tensor_parallel_size']} "
+        f"x PP {e['pipeline_parallel_size']}, "
+        f"kv_cache_dtype {e['kv_cache_dtype']}, block {e['block_size']}, "
+        f"max_num_batched_tokens {e['max_num_batched_tokens']:,}, max_num_seqs {e['max_num_seqs']}"
+        + (f", speculative {spec['method']} x{spec['num_speculative_tokens']}" if spec else "")
+    )
+    table = Table(title="per rank", show_lines=False)
+    for col in (
+        "rank",
+        "node",
+        "weights",
+        "non-KV",
+        "KV available",
+        "KV/token",
+        "blocks",
+        "KV tokens",
+        "max conc.",
+        "need @max_len",
+    ):
+        table.add_column(col, justify="right")
+    for r in p.ranks:
+        table.add_row(
+            str(r.rank),
+            r.node or "-",
+            format_gib(r.weights_bytes),
+            format_gib(r.non_kv_bytes),
+            format_gib(r.available_kv_bytes),
+            f"{r.kv_bytes_per_token:,} B",
+            f"{r.num_blocks:,}",
+            f"{r.kv_cache_tokens:,}",
+            f"{r.max_concurrency:.2f}x",
+            format_gib(r.needed_kv_bytes),
+        )
+    console.print(table)
+    if p.memory is not None:
+        mem = p.memory
+        console.print(
+            f"node memory ({mem.hardware}{', unified' if mem.unified else ''}): "
+            f"{format_gib(mem.total_bytes)} total, "
+            f"vLLM budget {format_gib(mem.vllm_budget_bytes)}, "
+            f"headroom {format_gib(mem.headroom_bytes)} "
+            f"(floor {format_gib(mem.safety_floor_bytes)})"
+        )
+    if p.fits:
+        console.print(f"[green]fits[/]: max_model_len {p.max_model_len:,}")
+        console.print(f"  vLLM will log: [cyan]{p.kv_cache_line}[/]", highlight=False)
+    else:
+        console.print(f"[bold red]refused[/]: {p.refusal}", highlight=False)
+    for w in p.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    if p.assumptions:
+        console.print("[dim]assumptions:[/]")
+        for a in p.assumptions:
+            console.print(f"  [dim]- {a}[/]", highlight=False)
