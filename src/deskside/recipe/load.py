@@ -117,6 +117,16 @@ def load_recipe_text(
     folder of `path` when it names a file (not "<...>"), else kept as written.
     Raises RecipeError (exit code 2) for anything wrong, located in `text`.
     """
+    path = str(path)
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise _single(
+                path, 1, 1, None, "the recipe is not UTF-8 text", "save it as UTF-8"
+            ) from None
+    if not isinstance(text, str):
+        raise _single(path, 1, 1, None, f"the recipe must be text, not {type(text).__name__}", None)
     if base_dir is None and not (path.startswith("<") and path.endswith(">")):
         base_dir = Path(path).parent
     try:
@@ -549,6 +559,9 @@ class _Loader:
             )
         text = problem or context or "invalid YAML"
         if context and problem and context not in problem:
+            started = exc.context_mark
+            if started is not None and started.line != line:
+                context = f"{context} started at line {min(started.line + 1, self.line_count)}"
             text = f"{problem} ({context})"
         return self._error(line, col, f"YAML syntax error: {text}", _SYNTAX_HINT)
 
@@ -695,7 +708,14 @@ class _Loader:
                 line, col = position
                 shown = _describe_value(key) if isinstance(key, int | float | bool) else None
                 if shown is None:
-                    shown = "null" if key is None else f"a {type(key).__name__}"
+                    if key is None:
+                        shown = "null"
+                    elif isinstance(key, tuple | list):
+                        shown = "a list"
+                    elif isinstance(key, dict) or type(key).__name__ == "CommentedKeyMap":
+                        shown = "a mapping"
+                    else:
+                        shown = f"a {type(key).__name__}"
                 tree.problems.append(
                     (
                         loc,

@@ -871,7 +871,11 @@ class Recipe(BaseModel):
     monitoring: Monitoring = Field(
         default_factory=Monitoring, description="Optional Prometheus/Grafana monitoring."
     )
-    guard: Guard = Field(default_factory=Guard, description="Run-time safety limits.")
+    guard: Guard = Field(
+        default_factory=Guard,
+        description="Safety limits watched while serving: memory headroom, KV cache usage, "
+        "draft acceptance.",
+    )
 
     @model_validator(mode="after")
     def _rules(self) -> Recipe:
@@ -989,8 +993,9 @@ class Recipe(BaseModel):
                     ("engine", "tensor_parallel_size"),
                     f"tensor_parallel_size × pipeline_parallel_size = "
                     f"{engine.tensor_parallel_size} × {engine.pipeline_parallel_size} = "
-                    f"{ranks} engine ranks, but the nodes have {per_node} = {total_gpus} "
-                    "GPUs; every GPU runs exactly one rank",
+                    f"{ranks} engine rank{'s' if ranks != 1 else ''}, but the nodes have "
+                    f"{per_node} = {total_gpus} GPU{'s' if total_gpus != 1 else ''}; every GPU "
+                    "runs exactly one rank",
                     f"make tensor_parallel_size × pipeline_parallel_size equal {total_gpus}, "
                     "or change the nodes' gpus",
                     fallback_locs=(("engine", "pipeline_parallel_size"), ("engine",)),
