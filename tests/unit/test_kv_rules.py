@@ -3,14 +3,7 @@ the comments, not by the code under test)."""
 
 from __future__ import annotations
 
-from deskside.kv import (
-    KVSpec,
-    Limits,
-    capacity,
-    estimate_max_model_len,
-    kv_cache_groups,
-    needed_bytes,
-)
+from deskside.kv import KVSpec, Limits, generic_accounting, kv_cache_groups
 
 GIB = 1024**3
 
@@ -26,27 +19,29 @@ def sliding(window: int, page: int = 131072, bs: int = 128) -> KVSpec:
 def test_uniform_model_one_group() -> None:
     # 4 layers x 2 KV heads x (64 + 64) x 2 B = 2,048 B/token; 128-token pages of 64 KiB.
     specs = {f"l{i}": full() for i in range(4)}
-    groups = kv_cache_groups(specs)
-    assert len(groups) == 1
+    acct = generic_accounting(specs)
+    assert len(acct.groups) == 1
     limits = Limits(max_model_len=4096, max_in_flight_tokens=2048)
-    cap = capacity(groups, limits, GIB)
+    cap = acct.capacity(limits, GIB)
     # 1 GiB / (4 x 64 KiB) = 4,096 blocks; 4,096 tokens need 32 blocks -> 128x.
     assert cap.num_blocks == 4096
     assert cap.blocks_per_request == 32
     assert cap.max_concurrency == 128.0
     assert cap.kv_cache_tokens == 524_288
     # One 4,096-token request: 32 blocks x 256 KiB = 8 MiB.
-    assert needed_bytes(groups, limits) == 8 * 1024**2
+    assert acct.needed(limits) == 8 * 1024**2
+    # the admission check holds back one block (the null block)
+    assert acct.check_memory(GIB) == GIB - 4 * 65536
 
 
 def test_hybrid_sliding_window_groups_and_capacity() -> None:
     # Gemma3-like: 3 sliding (window 512) + 1 full layer, equal 128 KiB pages.
     specs = {"l0": sliding(512), "l1": sliding(512), "l2": sliding(512), "l3": full(131072)}
-    groups = kv_cache_groups(specs)
+    acct = generic_accounting(specs)
     # 3 sliding vs 1 full: 3 >= 1.5 x 1, so groups of one layer each -> 4 groups.
-    assert sorted(len(g.layers) for g in groups) == [1, 1, 1, 1]
+    assert sorted(len(g.layers) for g in acct.groups) == [1, 1, 1, 1]
     limits = Limits(max_model_len=4096, max_in_flight_tokens=2048)
-    cap = capacity(groups, limits, GIB)
+    cap = acct.capacity(limits, GIB)
     # bytes/block = one page (128 KiB) -> 8,192 blocks.
     assert cap.num_blocks == 8192
     # full: 4096/128 = 32; sliding: cdiv(min(511 + 2048, 4096), 128) + 1 = 21, three times.
@@ -64,11 +59,11 @@ def test_group_size_uses_largest_bucket_when_close() -> None:
 
 def test_estimate_max_model_len_binary_search() -> None:
     specs = {f"l{i}": full() for i in range(4)}
-    groups = kv_cache_groups(specs)
+    acct = generic_accounting(specs)
     limits = Limits(max_model_len=1_000_000, max_in_flight_tokens=2048)
     # 1 GiB holds 4,096 blocks of 128 tokens: the longest request is 524,288 tokens.
-    assert estimate_max_model_len(groups, limits, GIB) == 524_288
-    assert estimate_max_model_len(groups, limits, 1000) == 0
+    assert acct.estimate_max_model_len(limits, GIB) == 524_288
+    assert acct.estimate_max_model_len(limits, 1000) == 0
 
 
 def test_mixed_types_same_block_size_is_uniform_type() -> None:
