@@ -6,6 +6,7 @@ needs (the KV cache line or the refusal), with its whole process group.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -40,21 +41,15 @@ class EngineRun:
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         if p.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
     deadline = time.monotonic() + 20
     for p in procs:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
     for p in procs:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         p.wait()
 
 
@@ -78,8 +73,12 @@ def run_until(
     if tp_nodes > 1:
         base_env.update({"GLOO_SOCKET_IFNAME": "lo", "VLLM_HOST_IP": "127.0.0.1"})
         multi = [
-            "--nnodes", str(tp_nodes), "--master-addr", "127.0.0.1",
-            "--master-port", str(master_port),
+            "--nnodes",
+            str(tp_nodes),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(master_port),
         ]
         for rank in range(tp_nodes - 1, 0, -1):  # workers first
             nodes.append((f"node{rank}", [*serve, *multi, "--node-rank", str(rank), "--headless"]))

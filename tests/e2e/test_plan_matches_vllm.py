@@ -33,10 +33,10 @@ MTP = {"method": "mtp", "num_speculative_tokens": 3}
 CASES = [
     Case("llama-gqa", "llama", 4096),
     Case("qwen3-hd128", "qwen3", 8192),
-    Case("gemma3-hybrid", "gemma3", 4096),
+    Case("gemma3-hybrid", "gemma3", 6144),
     Case("deepseek-v3-mtp", "deepseek-v3", 4096, speculative=MTP),
     Case("llama-gqa-tp2", "llama", 6144, tp=2),
-    Case("deepseek-v3-mtp-tp2", "deepseek-v3", 2048, tp=2, speculative=MTP),
+    Case("deepseek-v3-mtp-tp2", "deepseek-v3", 3072, tp=2, speculative=MTP),
 ]
 
 
@@ -68,7 +68,8 @@ def test_kv_cache_line_matches_plan(case: Case, tmp_path: Path) -> None:
         tp_nodes=case.tp,
     )
     logged = run.first("kv_cache")
-    assert logged is not None, "engine never logged its KV cache size:\n" + run.logs["node0"][-3000:]
+    tail = run.logs["node0"][-3000:]
+    assert logged is not None, "engine never logged its KV cache size:\n" + tail
     assert logged.data["kv_cache_tokens"] == planned.kv_cache_tokens
     assert logged.data["max_concurrency_text"] == f"{planned.max_concurrency:.2f}x"
     assert logged.line.split("] ", 1)[-1].strip() == planned.kv_cache_line
@@ -93,4 +94,4 @@ def test_refusal_matches_vllm(tmp_path: Path) -> None:
     assert refused is not None, run.logs["node0"][-3000:]
     assert refused.data["estimated_max_model_len"] == planned.estimated_max_model_len
     assert planned.refusal is not None
-    assert refused.line[refused.line.index("To serve"):].startswith(planned.refusal[:200])
+    assert refused.line[refused.line.index("To serve") :].startswith(planned.refusal[:200])

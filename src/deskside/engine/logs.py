@@ -73,9 +73,7 @@ def parse_line(line: str) -> EngineEvent | None:
             line,
             f"vLLM refused max_model_len {m['max_model_len']}: one request needs "
             f"{m['needed']} GiB of KV cache, {m['available']} GiB is available",
-            hint=(
-                f"set max_model_len to at most {est}" if est else "lower max_model_len"
-            )
+            hint=(f"set max_model_len to at most {est}" if est else "lower max_model_len")
             + " or give the KV cache more memory",
             data={
                 "max_model_len": int(m["max_model_len"]),
