@@ -26,6 +26,10 @@ app = typer.Typer(
 model_app = typer.Typer(help="Model helpers (tiny local models for tests and demos).")
 app.add_typer(model_app, name="model")
 
+# --- sub-apps: one line each, `app.add_typer(<module>.app, name=...)` (imported lazily
+# by their own modules; keep this block minimal so parallel work merges cleanly) ---
+# --- end sub-apps ---
+
 out = Console()
 err = Console(stderr=True)
 
