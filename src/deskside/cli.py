@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -147,6 +148,156 @@ def _parse_len(value: str | None) -> int | str | None:
     if n < 1:
         raise UsageError("--max-model-len must be at least 1")
     return n
+
+
+# --------------------------------------------------------------------------- run
+
+
+RecipeArg = Annotated[str, typer.Argument(help="Recipe file, or an embedded recipe's name.")]
+RunOpt = Annotated[
+    str | None, typer.Option("--recipe", help="Which run (recipe name), when several are up.")
+]
+
+
+@app.command()
+def up(
+    recipe: RecipeArg,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 900,
+    as_json: JsonFlag = False,
+) -> None:
+    """Plan, then start every node (workers first, then the head) and wait until ready."""
+    from deskside.home import resolve_recipe
+    from deskside.planning import plan_recipe
+    from deskside.runtime.native import up as start
+
+    try:
+        loaded, path = resolve_recipe(recipe)
+        planned = plan_recipe(loaded, path)
+        t0 = time.monotonic()
+        with err.status("planning") as spinner:
+            state = start(
+                loaded,
+                path,
+                planned,
+                timeout=timeout,
+                progress=lambda msg: spinner.update(f"{msg} ({time.monotonic() - t0:.0f} s)"),
+            )
+    except DesksideError as exc:
+        fail(exc, as_json)
+    seconds = time.monotonic() - t0
+    if as_json:
+        emit_json({**state.model_dump(mode="json"), "startup_seconds": round(seconds, 1)})
+        return
+    out.print(f"[green]READY[/] {state.recipe_name} in {seconds:.0f} s: {state.api_url}")
+    out.print(f"  serving: {', '.join(state.served_names)}")
+    out.print(f"  planned: {state.planned_kv_cache_line}", highlight=False)
+    out.print(f"  engine:  {state.logged_kv_cache_line}", highlight=False)
+
+
+@app.command()
+def down(run: RunOpt = None, as_json: JsonFlag = False) -> None:
+    """Stop the run: SIGTERM, SIGKILL after a grace period; remove its shared memory and
+    the namespaces it created."""
+    from deskside.runtime.native import down as stop
+    from deskside.runtime.native import load_state
+
+    try:
+        state = load_state(run)
+        leftovers = stop(state)
+    except DesksideError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json({"recipe": state.recipe_name, "stopped": not leftovers, "leftovers": leftovers})
+    elif leftovers:
+        err.print(f"[red]could not stop:[/] {', '.join(leftovers)}")
+    else:
+        out.print(f"{state.recipe_name}: down")
+    if leftovers:
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(run: RunOpt = None, as_json: JsonFlag = False) -> None:
+    """Per node: role, pid, state, memory; cluster READY / DEGRADED / DOWN; KV usage and
+    requests from /metrics."""
+    from deskside.runtime.native import load_state
+    from deskside.runtime.native import status as probe
+
+    try:
+        st = probe(load_state(run))
+    except DesksideError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json(st.to_dict())
+    else:
+        from deskside.report import print_status
+
+        print_status(out, st)
+    if st.cluster != "READY":
+        raise typer.Exit(1)
+
+
+@app.command()
+def logs(
+    node: Annotated[str | None, typer.Argument(help="Node name (default: all).")] = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
+    lines: Annotated[int, typer.Option("-n", help="Lines from the end.")] = 40,
+    run: RunOpt = None,
+) -> None:
+    """Print (and follow) node logs."""
+    from deskside.runtime.native import load_state
+
+    try:
+        state = load_state(run)
+        chosen = [n for n in state.nodes if node in (None, n.name)]
+        if not chosen:
+            raise UsageError(
+                f"no node {node!r}", hint="nodes: " + ", ".join(n.name for n in state.nodes)
+            )
+    except DesksideError as exc:
+        fail(exc)
+    offsets = {}
+    for n in chosen:
+        text = Path(n.log).read_text(errors="replace") if Path(n.log).exists() else ""
+        for line in text.splitlines()[-lines:]:
+            sys.stdout.write(f"[{n.name}] {line}\n" if len(chosen) > 1 else f"{line}\n")
+        offsets[n.log] = len(text.encode())
+    while follow:
+        time.sleep(0.5)
+        for n in chosen:
+            with open(n.log, "rb") as f:
+                f.seek(offsets[n.log])
+                chunk = f.read()
+            offsets[n.log] += len(chunk)
+            for line in chunk.decode(errors="replace").splitlines():
+                sys.stdout.write(f"[{n.name}] {line}\n" if len(chosen) > 1 else f"{line}\n")
+        sys.stdout.flush()
+
+
+@app.command()
+def demo(
+    keep_up: Annotated[bool, typer.Option(help="Leave the cluster running.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """The embedded two-node run: tiny DeepSeek-V3 model, TP=2 across two local nodes with
+    MTP speculative decoding, real chat completions, plan vs engine, then tear down."""
+    from deskside.demo import run_demo
+
+    t0 = time.monotonic()
+    try:
+        with err.status("starting") as spinner:
+            result = run_demo(
+                lambda msg: spinner.update(f"{msg} ({time.monotonic() - t0:.0f} s)"), keep_up
+            )
+    except DesksideError as exc:
+        fail(exc, as_json)
+    result["total_seconds"] = round(time.monotonic() - t0, 1)
+    if as_json:
+        emit_json(result)
+        return
+    from deskside.report import print_demo
+
+    print_demo(out, result)
 
 
 # --------------------------------------------------------------------------- schema

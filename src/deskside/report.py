@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from deskside.plan import Plan
+from deskside.runtime.native import ClusterStatus
 from deskside.units import format_gib
 
 
@@ -76,3 +77,62 @@ def print_plan(console: Console, p: Plan) -> None:
         console.print("[dim]assumptions:[/]")
         for a in p.assumptions:
             console.print(f"  [dim]- {a}[/]", highlight=False)
+
+
+def print_status(console: Console, st: ClusterStatus) -> None:
+    colour = {"READY": "green", "DEGRADED": "yellow", "STARTING": "cyan"}.get(st.cluster, "red")
+    console.print(f"[bold {colour}]{st.cluster}[/] {st.recipe}: {st.api_url} (engine {st.engine})")
+    table = Table()
+    for col in ("node", "role", "pid", "state", "processes", "RSS"):
+        table.add_column(col)
+    for n in st.nodes:
+        table.add_row(
+            n.name,
+            n.role,
+            str(n.pid),
+            n.state,
+            str(n.processes),
+            format_gib(n.rss_bytes) if n.rss_bytes else "-",
+        )
+    console.print(table)
+    if st.kv_cache_usage is not None:
+        console.print(
+            f"KV cache usage {st.kv_cache_usage:.1%}, running {st.requests_running:.0f}, "
+            f"waiting {st.requests_waiting:.0f}"
+        )
+    for reason in st.reasons:
+        console.print(f"[yellow]- {reason}[/]", highlight=False)
+
+
+def print_demo(console: Console, r: dict[str, object]) -> None:
+    for note in r.get("notes", []):  # type: ignore[attr-defined]
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    console.print(f"cluster up in {r['startup_seconds']} s at {r['api_url']}")
+    match = "[green]match[/]" if r["kv_match"] else "[red]differ[/]"
+    console.print(f"KV cache, plan vs engine ({match}):", highlight=False)
+    console.print(f"  plan:   {r['planned_kv_cache_line']}", highlight=False)
+    console.print(f"  engine: {r['logged_kv_cache_line']}", highlight=False)
+    for c in r["completions"]:  # type: ignore[attr-defined]
+        console.print(f"chat via {c['model']!r}: {c['output_tokens']} tokens")
+    table = Table(title="tiny model on CPU, TP=2 across two nodes (not a GPU result)")
+    for col in (
+        "Prompt",
+        "Concurrency",
+        "TTFT (s)",
+        "Prefill tok/s",
+        "Decode tok/s",
+        "Aggregate tok/s",
+    ):
+        table.add_column(col, justify="right")
+    for row in r["table"]:  # type: ignore[attr-defined]
+        prefill = row["prefill_tok_s"]
+        table.add_row(
+            f"{row['prompt_tokens']:.0f}",
+            str(row["concurrency"]),
+            f"{row['ttft_s']:.2f}",
+            "-" if prefill != prefill else f"{prefill:.0f}",
+            f"{row['decode_tok_s']:.1f}",
+            f"{row['aggregate_tok_s']:.1f}",
+        )
+    console.print(table)
+    console.print(f"total {r['total_seconds']} s; torn down")

@@ -86,7 +86,7 @@ def test_local_tiny() -> None:
     assert engine.port == 8888
     assert recipe.runtime.kind == "native"
     # model.path is relative to the recipe file, stored resolved
-    assert recipe.model.path == str(ROOT / ".deskside" / "models" / "tiny-deepseek-v3")
+    assert recipe.model.path == str(RECIPES / "models" / "tiny-deepseek-v3")
 
 
 def test_flagship_encodes_the_seed() -> None:

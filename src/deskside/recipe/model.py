@@ -124,6 +124,18 @@ NodeName = Annotated[
     ),
 ]
 
+NetnsName = Annotated[
+    str,
+    AfterValidator(
+        _matching(
+            r"[a-z0-9][a-z0-9_-]{0,11}",
+            "a network namespace name (lowercase letters, digits, '_' or '-', at most 12 "
+            "characters, so derived interface names fit Linux's 15)",
+            "'ds-node0'",
+        )
+    ),
+]
+
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME_RE = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?")
 _DOTTED_RE = re.compile(r"[0-9.]+")
@@ -403,6 +415,12 @@ class Node(BaseModel):
     gpus: int = Field(1, ge=1, description="Engine ranks (GPUs) on this node.")
     ssh: Ssh | None = Field(
         None, description="How to reach the node over SSH. None: the node is this machine."
+    )
+    netns: NetnsName | None = Field(
+        None,
+        description="Run this node in a network namespace of this machine (created by "
+        "deskside with the node's fabric address on a veth joined to a local bridge), so a "
+        "multi-node cluster can run on one host with real interfaces between the nodes.",
     )
     fabric: NodeFabric | None = Field(
         None,
@@ -952,6 +970,38 @@ class Recipe(BaseModel):
                         f"{self.engine.device} hardware profile",
                     )
                 )
+        netns_first: dict[str, int] = {}
+        for index, node in enumerate(nodes):
+            if node.netns is None:
+                continue
+            if node.fabric is None:
+                problems.append(
+                    Problem(
+                        ("cluster", "nodes", index, "netns"),
+                        f"node {node.name!r} runs in a network namespace but has no fabric "
+                        "interface and address for it",
+                        "add fabric: {interface: <veth name, e.g. ds-veth0>, address: <IPv4>}",
+                    )
+                )
+            if node.ssh is not None:
+                problems.append(
+                    Problem(
+                        ("cluster", "nodes", index, "netns"),
+                        "netns runs the node on this machine; ssh says it is remote",
+                        "keep one of netns and ssh",
+                    )
+                )
+            if node.netns in netns_first:
+                problems.append(
+                    Problem(
+                        ("cluster", "nodes", index, "netns"),
+                        f"network namespace {node.netns!r} is used by "
+                        f"cluster.nodes[{netns_first[node.netns]}] already",
+                        "every node needs its own namespace",
+                    )
+                )
+            else:
+                netns_first[node.netns] = index
         if self.cluster.fabric.transport == "roce":
             for index, node in enumerate(nodes):
                 if node.fabric is None or not node.fabric.hcas:

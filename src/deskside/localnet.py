@@ -1,0 +1,136 @@
+"""Network namespaces for nodes that run on this machine (`netns:` in the recipe): each
+node gets its own namespace with a veth whose far end is on a local bridge, so the nodes
+(and deskside, from the root namespace) reach each other over real interfaces at the
+recipe's fabric addresses. Commands are built purely; a root-namespace transport runs them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+from dataclasses import dataclass
+
+from deskside.errors import DesksideError
+from deskside.recipe.model import Recipe
+from deskside.transport.base import Transport
+
+
+@dataclass(frozen=True)
+class LocalNet:
+    bridge: str
+    bridge_address: str  # CIDR, the root namespace's address on the bridge
+    namespaces: tuple[tuple[str, str, str, str], ...]  # (netns, iface, host-side veth, CIDR)
+    mtu: int | None
+
+
+def local_net(recipe: Recipe) -> LocalNet | None:
+    """The namespaces a recipe asks for, or None when no node has `netns`."""
+    nodes = [n for n in recipe.cluster.nodes if n.netns]
+    if not nodes:
+        return None
+    entries = []
+    networks = set()
+    for node in nodes:
+        assert node.fabric is not None and node.netns is not None  # recipe rules
+        iface = ipaddress.IPv4Interface(f"{node.fabric.address}/24")
+        networks.add(iface.network)
+        entries.append((node.netns, node.fabric.interface, f"{node.netns}-h", str(iface)))
+    if len(networks) != 1:
+        raise DesksideError(
+            "nodes in network namespaces must share one /24 network",
+            hint="give their fabric addresses the same first three numbers",
+        )
+    network = networks.pop()
+    used = {ipaddress.IPv4Interface(cidr).ip for *_, cidr in entries}
+    gateway = next(ip for ip in reversed(list(network.hosts())) if ip not in used)
+    return LocalNet(
+        bridge=f"dsbr-{nodes[0].netns}"[:15],
+        bridge_address=f"{gateway}/{network.prefixlen}",
+        namespaces=tuple(entries),
+        mtu=recipe.cluster.fabric.mtu,
+    )
+
+
+def setup_commands(net: LocalNet, existing: set[str]) -> list[list[str]]:
+    """ip(8) commands that create what is missing (namespaces in `existing` are kept)."""
+    cmds: list[list[str]] = []
+    if not existing:
+        cmds += [
+            ["ip", "link", "add", net.bridge, "type", "bridge"],
+            ["ip", "addr", "add", net.bridge_address, "dev", net.bridge],
+            ["ip", "link", "set", net.bridge, "up"],
+        ]
+    for ns, iface, host_side, cidr in net.namespaces:
+        if ns in existing:
+            continue
+        mtu = ["mtu", str(net.mtu)] if net.mtu else []
+        cmds += [
+            ["ip", "netns", "add", ns],
+            [
+                "ip",
+                "link",
+                "add",
+                host_side,
+                *mtu,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                iface,
+                "netns",
+                ns,
+            ],
+            ["ip", "link", "set", host_side, "master", net.bridge, "up"],
+            ["ip", "-n", ns, "addr", "add", cidr, "dev", iface],
+            ["ip", "-n", ns, "link", "set", iface, "up"],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+        ]
+    return cmds
+
+
+def teardown_commands(net: LocalNet) -> list[list[str]]:
+    """Deleting a namespace deletes its veth pair; then the bridge."""
+    return [["ip", "netns", "del", ns] for ns, *_ in net.namespaces] + [
+        ["ip", "link", "del", net.bridge]
+    ]
+
+
+def existing_namespaces(root: Transport) -> set[str]:
+    result = root.run(["ip", "netns", "list"])
+    return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
+
+
+def can_create() -> tuple[bool, str]:
+    """Whether this process can make namespaces (root and ip(8)), and why not."""
+    import os
+
+    if shutil.which("ip") is None:
+        return False, "ip(8) is not installed (Debian package iproute2)"
+    if os.geteuid() != 0:
+        return False, "creating network namespaces needs root"
+    return True, ""
+
+
+def ensure(net: LocalNet, root: Transport) -> list[str]:
+    """Create the namespaces (idempotent); returns the ones this call created."""
+    ok, why = can_create()
+    if not ok:
+        raise DesksideError(
+            f"cannot create the recipe's network namespaces: {why}",
+            hint="run as root with iproute2 installed, or remove netns: from the nodes",
+        )
+    existing = existing_namespaces(root)
+    created = [ns for ns, *_ in net.namespaces if ns not in existing]
+    for cmd in setup_commands(net, existing & {ns for ns, *_ in net.namespaces}):
+        result = root.run(cmd)
+        if not result.ok and "File exists" not in result.stderr:
+            raise DesksideError(
+                f"{' '.join(cmd)} failed: {result.stderr.strip()}",
+                hint="remove leftovers with `deskside down` or `ip netns del NAME`",
+            )
+    return created
+
+
+def remove(net: LocalNet, root: Transport) -> None:
+    for cmd in teardown_commands(net):
+        root.run(cmd)
