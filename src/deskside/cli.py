@@ -31,8 +31,8 @@ app.add_typer(model_app, name="model")
 # by their own modules; keep this block minimal so parallel work merges cleanly) ---
 # --- end sub-apps ---
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 

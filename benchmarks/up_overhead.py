@@ -1,0 +1,94 @@
+"""Engine start time alone versus through `deskside up`, on the embedded two-node recipe.
+
+"Engine alone": the very same per-node commands and environment that deskside would run
+(workers first), started by hand, timed until /health answers and /v1/models lists every
+served name. "deskside up": the whole command in a fresh process (recipe load, plan,
+namespaces, start, readiness), timed to its exit. Both runs start from a cold engine and
+are torn down after. Target: overhead_ratio <= 1.05. Last line: `overhead_ratio: <float>`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from deskside import localnet
+from deskside.engine.http import health, served_models
+from deskside.engine.vllm import launch_plan, model_reference
+from deskside.home import resolve_recipe
+from deskside.runtime import procs
+from deskside.runtime.native import node_argv, transport_for
+from deskside.tiny import write_tiny_model
+from deskside.transport.local import LocalTransport
+
+
+def engine_alone(home: Path) -> float:
+    os.environ["DESKSIDE_HOME"] = str(home)
+    recipe, path = resolve_recipe("local-tiny")
+    write_tiny_model("deepseek-v3", Path(recipe.model.path or ""))
+    net = localnet.local_net(recipe)
+    root = LocalTransport()
+    if net is not None:
+        localnet.ensure(net, root)
+    nodes = {n.name: n for n in recipe.cluster.nodes}
+    url = f"http://{recipe.engine.host}:{recipe.engine.port}"
+    pids = []
+    t0 = time.monotonic()
+    try:
+        for launch in launch_plan(recipe, model_reference(recipe, path)):
+            log = home / f"alone-{launch.node}.log"
+            pids.append(
+                transport_for(nodes[launch.node]).spawn(
+                    node_argv(recipe, launch), env=launch.env_dict, log_path=str(log)
+                )
+            )
+        with httpx.Client() as client:
+            while time.monotonic() - t0 < 900:
+                if health(client, url) and set(recipe.model.all_names) <= set(
+                    served_models(client, url)
+                ):
+                    return time.monotonic() - t0
+                time.sleep(0.25)
+        raise SystemExit("engine alone did not become ready in 900 s")
+    finally:
+        for pid in pids:
+            procs.stop_session(pid)
+        if net is not None:
+            localnet.remove(net, root)
+
+
+def through_deskside(home: Path) -> float:
+    env = {**os.environ, "DESKSIDE_HOME": str(home)}
+    cli = [sys.executable, "-m", "deskside.cli"]
+    t0 = time.monotonic()
+    up = subprocess.run([*cli, "up", "local-tiny"], env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - t0
+    subprocess.run([*cli, "down"], env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        raise SystemExit(f"deskside up failed:\n{up.stderr}")
+    return seconds
+
+
+def main() -> None:
+    # alone, deskside, alone: the mean of the two engine-alone runs brackets the deskside
+    # run, so neither side alone pays for a cold page cache.
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        first = engine_alone(home)
+        print(f"engine_alone_seconds (1): {first:.1f}")
+        deskside = through_deskside(home)
+        print(f"deskside_up_seconds: {deskside:.1f}")
+        second = engine_alone(home)
+        print(f"engine_alone_seconds (2): {second:.1f}")
+    alone = (first + second) / 2
+    print(f"overhead_ratio: {deskside / alone:.3f}")
+
+
+if __name__ == "__main__":
+    main()
