@@ -29,6 +29,9 @@ app.add_typer(model_app, name="model")
 
 # --- sub-apps: one line each, `app.add_typer(<module>.app, name=...)` (imported lazily
 # by their own modules; keep this block minimal so parallel work merges cleanly) ---
+from deskside.fabric.cli import app as fabric_app  # noqa: E402
+
+app.add_typer(fabric_app, name="fabric")
 # --- end sub-apps ---
 
 out = Console(soft_wrap=True)

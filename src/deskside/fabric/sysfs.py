@@ -1,0 +1,434 @@
+"""RDMA devices, ports and GID tables as Linux shows them under `/sys`, read from any root.
+
+The reader is a pure function of a *source*: a directory laid out like `/sys` (the live
+system, a copied snapshot, a test fixture) or the text dump that `dump_command()` prints on
+a remote node. Nothing here runs commands or reads the environment.
+
+What it reads, per device `class/infiniband/<dev>`:
+
+- `device/net/<netdev>`: the netdev(s) of the device's PCI function;
+- `ports/<n>/{state,rate,link_layer}`: e.g. `4: ACTIVE`, `200 Gb/sec (4X HDR)`, `Ethernet`;
+- `ports/<n>/gids/<i>`: the GID table, 8 groups of 4 hex digits; all zeros = unused;
+- `ports/<n>/gid_attrs/types/<i>`: `IB/RoCE v1` or `RoCE v2`;
+- `ports/<n>/gid_attrs/ndevs/<i>`: the netdev the entry was made from;
+
+and per netdev `class/net/<netdev>/{mtu,operstate,speed}`. IPv4 addresses are not in sysfs:
+they come from `ip -j addr` output, parsed by `parse_ip_addr_json`.
+
+Every value is read the way POSIX `read -r` reads it (first line, blanks trimmed), so the
+launch-time shell snippet (`deskside.fabric.launch_sh`) sees exactly what Python sees.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from deskside.errors import DesksideError
+
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_CONFIG = ConfigDict(extra="forbid", frozen=True)
+
+
+class SysfsError(DesksideError):
+    """A sysfs snapshot or `ip` output deskside cannot read."""
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class SysfsSource(Protocol):
+    """Read-only access to a tree laid out like `/sys` (paths relative to its root)."""
+
+    def read(self, rel: str) -> str | None:
+        """The file's text, or None when it is absent or cannot be read."""
+        ...
+
+    def listdir(self, rel: str) -> list[str]:
+        """Names in a directory (sorted), empty when it is absent."""
+        ...
+
+    def describe(self) -> str:
+        """Where the tree comes from, for messages."""
+        ...
+
+
+@dataclass(frozen=True)
+class DirSource:
+    """A directory laid out like `/sys`: the live `/sys`, a snapshot or a test fixture."""
+
+    root: Path
+
+    def read(self, rel: str) -> str | None:
+        try:
+            return (self.root / rel).read_text(errors="replace")
+        except OSError:  # absent, a directory, or EINVAL (unpopulated gid_attrs entries)
+            return None
+
+    def listdir(self, rel: str) -> list[str]:
+        try:
+            return sorted(p.name for p in (self.root / rel).iterdir())
+        except OSError:
+            return []
+
+    def describe(self) -> str:
+        return str(self.root)
+
+
+@dataclass(frozen=True)
+class DumpSource:
+    """Files (relative path -> first line) and directories recovered from a dump."""
+
+    files: Mapping[str, str]
+    dirs: frozenset[str] = frozenset()
+    origin: str = "sysfs dump"
+    _children: dict[str, set[str]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for rel in [*self.files, *self.dirs]:
+            parts = rel.strip("/").split("/")
+            for depth in range(1, len(parts)):
+                self._children.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+
+    def read(self, rel: str) -> str | None:
+        return self.files.get(rel.strip("/"))
+
+    def listdir(self, rel: str) -> list[str]:
+        return sorted(self._children.get(rel.strip("/"), set()))
+
+    def describe(self) -> str:
+        return self.origin
+
+
+def read_value(source: SysfsSource, rel: str) -> str | None:
+    """A sysfs value as `IFS=' \\t' read -r v < file` sees it: the first line, spaces and
+    tabs trimmed. None when the file is absent or unreadable; "" when it is empty."""
+    text = source.read(rel)
+    if text is None:
+        return None
+    return text.split("\n", 1)[0].strip(" \t")
+
+
+# --------------------------------------------------------------------------- models
+
+
+class GidEntry(BaseModel):
+    """One populated row of a port's GID table."""
+
+    model_config = _CONFIG
+
+    index: int
+    gid: str  # as sysfs writes it (8 groups of 4 hex digits); "" when the file was empty
+    gid_type: str | None  # "RoCE v2", "IB/RoCE v1"; None when unreadable
+    ndev: str | None  # netdev the entry belongs to; None when unreadable
+
+    @property
+    def address(self) -> str | None:
+        """The GID as an address: `::ffff:192.168.100.1`, `fe80::...`; None if malformed."""
+        try:
+            ip = ipaddress.IPv6Address(self.gid)
+        except ValueError:
+            return None
+        if ip.ipv4_mapped is not None:
+            return f"::ffff:{ip.ipv4_mapped}"
+        return str(ip)
+
+    @property
+    def ipv4(self) -> str | None:
+        """The IPv4 address of an IPv4-mapped GID (RoCE over IPv4), else None."""
+        try:
+            mapped = ipaddress.IPv6Address(self.gid).ipv4_mapped
+        except ValueError:
+            return None
+        return None if mapped is None else str(mapped)
+
+    def describe(self) -> str:
+        shown = self.address or (repr(self.gid) if self.gid else "(empty)")
+        kind = self.gid_type if self.gid_type else "type unreadable"
+        ndev = self.ndev if self.ndev else "netdev unreadable"
+        return f"[{self.index}] {shown} {kind} on {ndev}"
+
+
+class RdmaPort(BaseModel):
+    """A port of an RDMA device."""
+
+    model_config = _CONFIG
+
+    device: str
+    port: int
+    state: str | None  # raw, e.g. "4: ACTIVE"
+    rate: str | None  # raw, e.g. "200 Gb/sec (4X HDR)"
+    link_layer: str | None  # "Ethernet" for RoCE, "InfiniBand"
+    gids: tuple[GidEntry, ...]
+
+    @property
+    def state_name(self) -> str | None:
+        """`ACTIVE`, `DOWN`, `INIT`...; None when unreadable or empty."""
+        if not self.state:
+            return None
+        return self.state.split(":", 1)[-1].strip() or None
+
+    @property
+    def active(self) -> bool:
+        return self.state_name == "ACTIVE"
+
+    @property
+    def rate_gbps(self) -> float | None:
+        return parse_rate_gbps(self.rate)
+
+
+class RdmaDevice(BaseModel):
+    """An RDMA device (`/sys/class/infiniband/<name>`) and its ports."""
+
+    model_config = _CONFIG
+
+    name: str
+    netdevs: tuple[str, ...]  # from device/net/: normally exactly one
+    ports: tuple[RdmaPort, ...]
+
+    @property
+    def netdev(self) -> str | None:
+        return self.netdevs[0] if len(self.netdevs) == 1 else None
+
+
+class Netdev(BaseModel):
+    """A network interface: sysfs facts, plus IPv4 addresses when `ip` output was given."""
+
+    model_config = _CONFIG
+
+    name: str
+    exists: bool
+    mtu: int | None = None
+    operstate: str | None = None  # "up", "down", "unknown"... (sysfs is lowercase)
+    speed_mbps: int | None = None  # None when unknown (sysfs -1 or unreadable)
+    ipv4: tuple[str, ...] | None = None  # "a.b.c.d/len"; None = not known (no ip facts)
+
+
+class SysfsSnapshot(BaseModel):
+    """Everything the GID selection and `deskside fabric show` need from one node."""
+
+    model_config = _CONFIG
+
+    source: str
+    devices: tuple[RdmaDevice, ...]
+    netdevs: dict[str, Netdev]
+
+    def device(self, name: str) -> RdmaDevice | None:
+        for dev in self.devices:
+            if dev.name == name:
+                return dev
+        return None
+
+
+# --------------------------------------------------------------------------- parsing
+
+_RATE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+
+
+def parse_rate_gbps(rate: str | None) -> float | None:
+    """`200 Gb/sec (4X HDR)` -> 200.0; None when absent or not in that form."""
+    if not rate:
+        return None
+    m = _RATE.match(rate)
+    return float(m.group(1)) if m else None
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None or not re.fullmatch(r"-?[0-9]+", text):
+        return None
+    return int(text)
+
+
+def _numeric(names: Iterable[str]) -> list[int]:
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def read_port(source: SysfsSource, device: str, port: int) -> RdmaPort:
+    base = f"class/infiniband/{device}/ports/{port}"
+    gids: list[GidEntry] = []
+    for index in _numeric(source.listdir(f"{base}/gids")):
+        raw = read_value(source, f"{base}/gids/{index}")
+        if raw is None or raw.lower() == ZERO_GID:
+            continue  # absent, unreadable, or an unused slot
+        gids.append(
+            GidEntry(
+                index=index,
+                gid=raw,
+                gid_type=read_value(source, f"{base}/gid_attrs/types/{index}") or None,
+                ndev=read_value(source, f"{base}/gid_attrs/ndevs/{index}") or None,
+            )
+        )
+    return RdmaPort(
+        device=device,
+        port=port,
+        state=read_value(source, f"{base}/state"),
+        rate=read_value(source, f"{base}/rate"),
+        link_layer=read_value(source, f"{base}/link_layer"),
+        gids=tuple(gids),
+    )
+
+
+def read_device(source: SysfsSource, name: str) -> RdmaDevice:
+    base = f"class/infiniband/{name}"
+    ports = tuple(read_port(source, name, n) for n in _numeric(source.listdir(f"{base}/ports")))
+    return RdmaDevice(name=name, netdevs=tuple(source.listdir(f"{base}/device/net")), ports=ports)
+
+
+def read_netdev(
+    source: SysfsSource, name: str, ip_addrs: Mapping[str, IpLink] | None = None
+) -> Netdev:
+    base = f"class/net/{name}"
+    link = ip_addrs.get(name) if ip_addrs is not None else None
+    exists = source.read(f"{base}/mtu") is not None or link is not None
+    speed = _int_or_none(read_value(source, f"{base}/speed"))
+    mtu = _int_or_none(read_value(source, f"{base}/mtu"))
+    return Netdev(
+        name=name,
+        exists=exists,
+        mtu=mtu if mtu is not None else (link.mtu if link else None),
+        operstate=read_value(source, f"{base}/operstate")
+        or (link.operstate.lower() if link and link.operstate else None),
+        speed_mbps=speed if speed is not None and speed > 0 else None,
+        ipv4=(link.ipv4 if link else ()) if ip_addrs is not None else None,
+    )
+
+
+def read_snapshot(
+    source: SysfsSource,
+    ip_addrs: Mapping[str, IpLink] | None = None,
+    extra_netdevs: Sequence[str] = (),
+) -> SysfsSnapshot:
+    """All RDMA devices of `source` and the netdevs they (or `extra_netdevs`) name.
+
+    `ip_addrs` (from `parse_ip_addr_json`) adds IPv4 addresses; without it they are None.
+    """
+    devices = tuple(read_device(source, n) for n in source.listdir("class/infiniband"))
+    names: list[str] = []
+    for dev in devices:
+        names += dev.netdevs
+        for port in dev.ports:
+            names += [g.ndev for g in port.gids if g.ndev]
+    names += extra_netdevs
+    netdevs = {n: read_netdev(source, n, ip_addrs) for n in sorted(set(names))}
+    return SysfsSnapshot(source=source.describe(), devices=devices, netdevs=netdevs)
+
+
+# --------------------------------------------------------------------------- ip -j addr
+
+
+class IpLink(BaseModel):
+    """One interface of `ip -j addr show`: what deskside uses of it."""
+
+    model_config = _CONFIG
+
+    name: str
+    mtu: int | None
+    operstate: str | None  # "UP", "DOWN", "UNKNOWN" (ip prints uppercase)
+    flags: tuple[str, ...]
+    ipv4: tuple[str, ...]  # "a.b.c.d/len"
+
+    @property
+    def up(self) -> bool:
+        """Carrier up: operstate UP, or UNKNOWN with LOWER_UP (drivers without operstate)."""
+        if self.operstate == "UP":
+            return True
+        return self.operstate == "UNKNOWN" and "LOWER_UP" in self.flags
+
+    def has_address(self, address: str) -> bool:
+        return any(cidr.split("/", 1)[0] == address for cidr in self.ipv4)
+
+
+def parse_ip_addr_json(text: str) -> dict[str, IpLink]:
+    """Parse `ip -j addr show [dev X]` output: interface name -> IpLink."""
+    try:
+        data: Any = json.loads(text or "[]")
+    except json.JSONDecodeError as exc:
+        raise SysfsError(
+            f"cannot parse `ip -j addr` output: {exc}",
+            hint="pass the output of `ip -j addr show` (iproute2 with JSON support)",
+        ) from None
+    if not isinstance(data, list):
+        raise SysfsError("`ip -j addr` output is not a JSON list", hint="run `ip -j addr show`")
+    links: dict[str, IpLink] = {}
+    for item in data:
+        if not isinstance(item, dict) or not isinstance(item.get("ifname"), str):
+            continue
+        ipv4 = tuple(
+            f"{a['local']}/{a.get('prefixlen', 32)}"
+            for a in item.get("addr_info", [])
+            if isinstance(a, dict) and a.get("family") == "inet" and "local" in a
+        )
+        mtu = item.get("mtu")
+        state = item.get("operstate")
+        links[item["ifname"]] = IpLink(
+            name=item["ifname"],
+            mtu=mtu if isinstance(mtu, int) else None,
+            operstate=state if isinstance(state, str) else None,
+            flags=tuple(f for f in item.get("flags", []) if isinstance(f, str)),
+            ipv4=ipv4,
+        )
+    return links
+
+
+# --------------------------------------------------------------------------- remote dump
+
+# Prints what `read_snapshot` needs as lines "F<TAB>path<TAB>value" (value = what
+# `read -r` reads) and "D<TAB>path" for device/net/<netdev> directories, paths relative to
+# the root given as $1. Unused (all-zero) GID slots are skipped: a port has 256 of them.
+DUMP_SCRIPT = r"""root=${1:-/sys}
+r() {
+  [ -e "$1" ] || return 0
+  v=
+  { IFS=' 	' read -r v < "$1"; } 2>/dev/null || :
+  printf 'F\t%s\t%s\n' "${1#"$root"/}" "$v"
+}
+for d in "$root"/class/infiniband/*; do
+  [ -d "$d" ] || continue
+  for n in "$d"/device/net/*; do
+    [ -e "$n" ] && printf 'D\t%s\n' "${n#"$root"/}"
+  done
+  for p in "$d"/ports/*; do
+    [ -d "$p" ] || continue
+    r "$p/state"; r "$p/rate"; r "$p/link_layer"
+    for g in "$p"/gids/*; do
+      [ -e "$g" ] || continue
+      v=
+      { IFS=' 	' read -r v < "$g"; } 2>/dev/null || :
+      [ "$v" = 0000:0000:0000:0000:0000:0000:0000:0000 ] && continue
+      i=${g##*/}
+      r "$g"; r "$p/gid_attrs/types/$i"; r "$p/gid_attrs/ndevs/$i"
+    done
+  done
+done
+for n in "$root"/class/net/*; do
+  [ -e "$n" ] || continue
+  printf 'D\t%s\n' "${n#"$root"/}"
+  r "$n/mtu"; r "$n/operstate"; r "$n/speed"
+done
+"""
+
+
+def dump_command(root: str = "/sys") -> list[str]:
+    """argv printing a node's RDMA/netdev sysfs facts for `parse_dump` (POSIX sh)."""
+    return ["sh", "-c", DUMP_SCRIPT, "deskside-sysfs-dump", root]
+
+
+def parse_dump(text: str, origin: str = "sysfs dump") -> DumpSource:
+    """The output of `dump_command()` as a source `read_snapshot` can read."""
+    files: dict[str, str] = {}
+    dirs: set[str] = set()
+    for line in text.splitlines():
+        kind, _, rest = line.partition("\t")
+        if kind == "F":
+            path, _, value = rest.partition("\t")
+            files[path] = value
+        elif kind == "D" and rest:
+            dirs.add(rest)
+    return DumpSource(files=files, dirs=frozenset(dirs), origin=origin)
