@@ -32,6 +32,9 @@ app.add_typer(model_app, name="model")
 from deskside.fabric.cli import app as fabric_app  # noqa: E402
 
 app.add_typer(fabric_app, name="fabric")
+from deskside.bench.cli import app as bench_app  # noqa: E402
+
+app.add_typer(bench_app, name="bench")
 # --- end sub-apps ---
 
 out = Console(soft_wrap=True)

@@ -1,0 +1,404 @@
+"""``run_bench(config) -> BenchResult``: the matrix, cell by cell, or the context probe.
+
+For each cell: build its prompts (exact length, before the clock starts), warm up at the
+cell's concurrency (connections opened, excluded from every figure), scrape ``/metrics``,
+run the measured requests closed-loop (``concurrency`` workers, each sending its next
+request as soon as its previous one ends), scrape again once the server's counters have
+caught up, and compute the client-side metrics, the server-side window and the client's
+own health. Nothing here prints: progress goes to a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from deskside.bench import server_metrics
+from deskside.bench.client import BenchClient, StreamClient, StreamRequest
+from deskside.bench.metrics import cell_metrics
+from deskside.bench.models import (
+    BenchConfig,
+    BenchResult,
+    CellResult,
+    ProbeResult,
+    RequestRecord,
+    ServerWindow,
+    Tokenization,
+)
+from deskside.bench.monitor import LoopMonitor
+from deskside.bench.workload import (
+    Cell,
+    LocalTokenCounter,
+    Prompt,
+    PromptError,
+    ServerTokenCounter,
+    TokenCounter,
+    build_prompt,
+    matrix,
+    prompt_words,
+    stream_request,
+    words_needed,
+)
+from deskside.errors import DesksideError, UsageError
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress report: ``stage`` is prompts, warmup, measure, cell-done or probe."""
+
+    stage: str
+    cell: Cell | None
+    done: int
+    total: int
+    message: str = ""
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+class ServerUnreachable(DesksideError):
+    exit_code = 4
+
+
+def _deskside_version() -> str:
+    try:
+        return version("deskside")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+async def _server_info(
+    client: BenchClient, config: BenchConfig
+) -> tuple[str, int | None, str | None]:
+    try:
+        status, models = await client.get_json("/v1/models")
+    except Exception as exc:
+        raise ServerUnreachable(
+            f"cannot reach {config.url}: {exc or type(exc).__name__}",
+            hint="is the server up? deskside bench --url http://HOST:PORT",
+        ) from None
+    cards = models.get("data", []) if status == 200 and isinstance(models, dict) else []
+    model = config.model
+    if model is None:
+        if not cards:
+            raise UsageError(
+                f"{config.url}/v1/models lists no model (HTTP {status})", hint="pass --model NAME"
+            )
+        model = str(cards[0]["id"])
+    max_len = next(
+        (c.get("max_model_len") for c in cards if c.get("id") == model and c.get("max_model_len")),
+        None,
+    )
+    server_version = None
+    try:
+        status, answer = await client.get_json("/version")
+        if status == 200 and isinstance(answer, dict):
+            server_version = str(answer.get("version"))
+    except Exception:
+        server_version = None
+    return model, (int(max_len) if max_len else None), server_version
+
+
+async def _choose_counter(
+    client: BenchClient, config: BenchConfig, model: str
+) -> tuple[TokenCounter, Tokenization]:
+    server = ServerTokenCounter(client.post_json, model, config.endpoint)
+    try:
+        await server.count("hello")
+        return server, Tokenization(method=server.method, exact=True)
+    except (PromptError, OSError, ValueError) as exc:
+        reason = str(exc)
+    except Exception as exc:  # httpx transport errors
+        reason = f"{type(exc).__name__}: {exc}"
+    if config.tokenizer is None:
+        raise UsageError(
+            f"the server's /tokenize is not usable ({reason[:200]})",
+            hint="pass --tokenizer PATH (a tokenizer.json or its folder) to count locally",
+        )
+    local = LocalTokenCounter(config.tokenizer, config.endpoint)
+    notes = [f"server /tokenize not usable ({reason[:200]}); counted with {local.method}"]
+    if config.endpoint == "chat" and not local.chat_template_used:
+        notes.append("no chat template found locally: chat prompt lengths are approximate")
+    return local, Tokenization(method=local.method, exact=local.chat_template_used, notes=notes)
+
+
+async def _prompts(
+    counter: TokenCounter, config: BenchConfig, cell: Cell, kind: str, n: int
+) -> list[Prompt]:
+    out: list[Prompt] = []
+    for i in range(n):
+        # unique per cell and request: no cell reuses another's prompts (prefix cache)
+        if config.shared_prefix:
+            key = f"{cell.prompt_len}:shared"
+        else:
+            key = f"{cell.prompt_len}:{cell.concurrency}:{kind}{i}"
+        if config.shared_prefix and out:
+            out.append(out[0])
+            continue
+        words = prompt_words(config.seed, key, words_needed(cell.prompt_len))
+        out.append(await build_prompt(counter, cell.prompt_len, words))
+    return out
+
+
+async def _scrape(client: BenchClient, url: str) -> server_metrics.Snapshot:
+    status, text = await client.get_text(url)
+    if status != 200:
+        raise OSError(f"HTTP {status} from {url}")
+    return server_metrics.parse_metrics(text)
+
+
+async def _closed_loop(
+    client: BenchClient,
+    requests: list[StreamRequest],
+    concurrency: int,
+    epoch: float,
+    deadline: float | None,
+    on_done: Callable[[RequestRecord], None],
+    clock: Callable[[], float],
+) -> list[RequestRecord]:
+    queue = deque(requests)
+    records: list[RequestRecord] = []
+
+    async def worker() -> None:
+        while queue and (deadline is None or clock() < deadline):
+            record = await client.stream(queue.popleft(), epoch)
+            records.append(record)
+            on_done(record)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    records.sort(key=lambda r: r.index)
+    return records
+
+
+async def _run_cell(
+    client: BenchClient,
+    config: BenchConfig,
+    model: str,
+    counter: TokenCounter,
+    cell: Cell,
+    epoch: float,
+    metrics_url: str | None,
+    progress: ProgressFn,
+    clock: Callable[[], float],
+) -> CellResult:
+    n_warm = config.warmup_for(cell.concurrency)
+    n_req = config.requests_for(cell.concurrency)
+    if config.duration_s is not None and config.requests is None:
+        n_req = 8 * cell.concurrency
+    progress(Progress("prompts", cell, 0, n_warm + n_req, "building prompts"))
+    warm_prompts = await _prompts(counter, config, cell, "w", n_warm)
+    prompts = await _prompts(counter, config, cell, "r", n_req)
+    warm = [
+        stream_request(config, model, i, p, config.warmup_max_tokens, warmup=True)
+        for i, p in enumerate(warm_prompts)
+    ]
+    measured = [
+        stream_request(config, model, i, p, config.max_tokens) for i, p in enumerate(prompts)
+    ]
+
+    done = 0
+
+    def on_warm(_: RequestRecord) -> None:
+        nonlocal done
+        done += 1
+        progress(Progress("warmup", cell, done, len(warm)))
+
+    warm_records = await _closed_loop(client, warm, cell.concurrency, epoch, None, on_warm, clock)
+
+    before: server_metrics.Snapshot | None = None
+    scrape_error: str | None = None
+    if metrics_url:
+        try:
+            before = await _scrape(client, metrics_url)
+        except Exception as exc:
+            scrape_error = f"{type(exc).__name__}: {exc}"
+
+    done = 0
+
+    def on_measured(_: RequestRecord) -> None:
+        nonlocal done
+        done += 1
+        progress(Progress("measure", cell, done, len(measured)))
+
+    monitor = LoopMonitor(clock=clock)
+    monitor.start()
+    deadline = clock() + config.duration_s if config.duration_s is not None else None
+    records = await _closed_loop(
+        client, measured, cell.concurrency, epoch, deadline, on_measured, clock
+    )
+    await monitor.stop()
+
+    metrics = cell_metrics(records, cell.concurrency)
+    server: ServerWindow | None = None
+    if metrics_url:
+        server = await _server_window(
+            client,
+            metrics_url,
+            before,
+            scrape_error,
+            model,
+            metrics.output_tokens,
+            metrics.prompt_tokens,
+            clock,
+        )
+    result = CellResult(
+        prompt_len=cell.prompt_len,
+        concurrency=cell.concurrency,
+        metrics=metrics,
+        client=monitor.health(config.max_loop_lag_ms, config.max_client_cpu),
+        server=server,
+        warmup_requests=len(warm_records),
+        requests=[*warm_records, *records],
+    )
+    progress(Progress("cell-done", cell, len(records), len(records)))
+    return result
+
+
+async def _server_window(
+    client: BenchClient,
+    metrics_url: str,
+    before: server_metrics.Snapshot | None,
+    scrape_error: str | None,
+    model: str,
+    output_tokens: int,
+    prompt_tokens: int,
+    clock: Callable[[], float],
+) -> ServerWindow:
+    if before is None:
+        return server_metrics.failed_window(scrape_error or "no scrape before the window")
+    # The server updates its counters as it hands out the last tokens; wait (up to 2 s) for
+    # them to reach the client's count before taking the difference.
+    give_up = clock() + 2.0
+    while True:
+        try:
+            after = await _scrape(client, metrics_url)
+        except Exception as exc:
+            return server_metrics.failed_window(f"{type(exc).__name__}: {exc}")
+        window = server_metrics.window(before, after, model, output_tokens, prompt_tokens)
+        if window.output_tokens_match is not False or clock() > give_up:
+            return window
+        await asyncio.sleep(0.1)
+
+
+async def _probe(
+    client: BenchClient,
+    config: BenchConfig,
+    model: str,
+    counter: TokenCounter,
+    max_len: int | None,
+    epoch: float,
+    progress: ProgressFn,
+) -> ProbeResult:
+    target = int(config.probe_context or 0)
+    limit = config.max_model_len or max_len
+    if limit is not None and target + config.probe_max_tokens > limit:
+        raise UsageError(
+            f"--probe-context {target} plus {config.probe_max_tokens} output tokens exceeds "
+            f"max_model_len {limit}",
+            hint=f"probe at most {limit - config.probe_max_tokens} tokens",
+        )
+    progress(Progress("probe", None, 0, 1, f"building a {target}-token prompt"))
+    words = prompt_words(config.seed, f"probe:{target}", words_needed(target))
+    prompt = await build_prompt(counter, target, words)
+    request = stream_request(config, model, 0, prompt, config.probe_max_tokens)
+    progress(Progress("probe", None, 0, 1, f"sending {prompt.tokens} prompt tokens"))
+    record = await client.stream(request, epoch)
+    progress(Progress("probe", None, 1, 1))
+    prefill = None
+    if record.ok and record.ttft_s and record.prompt_tokens is not None:
+        prefill = (record.prompt_tokens - (record.cached_tokens or 0)) / record.ttft_s
+    return ProbeResult(
+        target_tokens=target,
+        max_model_len=limit,
+        accepted=record.ok and record.prompt_tokens is not None,
+        prompt_tokens=record.prompt_tokens,
+        cached_tokens=record.cached_tokens,
+        output_tokens=record.output_tokens,
+        ttft_s=record.ttft_s,
+        prefill_tok_s=prefill,
+        error=record.error,
+        record=record,
+    )
+
+
+async def arun_bench(
+    config: BenchConfig,
+    client: BenchClient | None = None,
+    progress: ProgressFn | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> BenchResult:
+    """Run the configured matrix (or the probe) against ``config.url``."""
+    report: ProgressFn = progress or (lambda _: None)
+    own = client is None
+    bench_client: BenchClient = client or StreamClient(
+        config.url, config.api_key, config.timeout_s, clock
+    )
+    try:
+        model, max_len, server_version = await _server_info(bench_client, config)
+        counter, tokenization = await _choose_counter(bench_client, config, model)
+        if max_len is None and isinstance(counter, ServerTokenCounter):
+            max_len = counter.max_model_len
+        result = BenchResult(
+            deskside_version=_deskside_version(),
+            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            url=config.url,
+            model=model,
+            endpoint=config.endpoint,
+            server_version=server_version,
+            config=config,
+            tokenization=tokenization,
+        )
+        epoch = clock()
+        if config.probe_context is not None:
+            result.probe = await _probe(
+                bench_client, config, model, counter, max_len, epoch, report
+            )
+            return result
+        metrics_url = None
+        if config.scrape_metrics:
+            metrics_url = config.metrics_url or f"{config.url.rstrip('/')}/metrics"
+            if metrics_url.endswith("/v1/metrics"):
+                metrics_url = metrics_url[: -len("/v1/metrics")] + "/metrics"
+        for cell in matrix(config):
+            if max_len is not None and cell.prompt_len + config.max_tokens > max_len:
+                result.notes.append(
+                    f"skipped prompt {cell.prompt_len} x concurrency {cell.concurrency}: "
+                    f"prompt + max_tokens exceeds max_model_len {max_len}"
+                )
+                continue
+            result.cells.append(
+                await _run_cell(
+                    bench_client, config, model, counter, cell, epoch, metrics_url, report, clock
+                )
+            )
+        return result
+    finally:
+        if own:
+            await bench_client.aclose()
+
+
+def run_bench(
+    config: BenchConfig,
+    client: BenchClient | None = None,
+    progress: ProgressFn | None = None,
+) -> BenchResult:
+    """Synchronous face of :func:`arun_bench` (runs its own event loop)."""
+    return asyncio.run(arun_bench(config, client, progress))
+
+
+def config_from(**values: Any) -> BenchConfig:
+    """Build a config, turning validation errors into a user-facing error."""
+    from pydantic import ValidationError
+
+    try:
+        return BenchConfig(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UsageError(f"bad bench setting {where}: {first['msg']}") from None
