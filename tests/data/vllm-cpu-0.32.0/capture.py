@@ -14,6 +14,13 @@ that nothing it started is left. The combined engine logs are saved beside this 
 (``<case>.log`` or ``<case>.node0.log``/``<case>.node1.log``; head and tail kept when larger
 than ~300 KB) and ``cases.json`` is updated with the numbers vLLM logged. Engines run one
 at a time. Nothing is downloaded: ``HF_HUB_OFFLINE=1`` and ``--load-format dummy``.
+
+Notes on the recorded fields: ``startup_seconds`` is launch to first ``/health`` 200 with a
+cold torch.compile cache (the model path is new each run, so the AOT cache key changes) and
+depends on what else runs on the cores (``loadavg_at_start``, ``other_engines_at_start``).
+vLLM 0.32 logs no backend line for standard CPU attention (``CPU_ATTN``, block size 128 set
+by ``CpuPlatform``); MLA logs ``Using CPU_MLA backend`` (block size forced to 16).
+``VLLM_CPU_KVCACHE_SPACE`` is per worker (per TP rank).
 """
 
 from __future__ import annotations
@@ -237,7 +244,13 @@ def trim_log(path: Path) -> None:
 
 
 def parse_log(text: str) -> dict[str, Any]:
-    res: dict[str, Any] = {}
+    res: dict[str, Any] = {
+        "logged_device": None,
+        "logged_kv_cache_tokens": None,
+        "logged_max_concurrency": None,
+        "logged_max_concurrency_float": None,
+        "refusal_message": None,
+    }
     lines = text.splitlines()
     kv_lines = [ln for ln in lines if KV_RE.search(ln)]
     conc_lines = [ln for ln in lines if CONC_RE.search(ln)]
@@ -398,7 +411,7 @@ def main(argv: list[str]) -> int:
                 continue
             print(f"== {case['case']}", flush=True)
             rec = run_case(case, workdir)
-            ok = rec["served"] if rec["expect"] == "serve" else "refusal_message" in rec
+            ok = rec["served"] if rec["expect"] == "serve" else bool(rec["refusal_message"])
             failed |= not ok or bool(rec["survivors_after_stop"])
             print(
                 json.dumps(
