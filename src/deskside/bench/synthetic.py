@@ -20,7 +20,8 @@ Behaviour (:class:`Behaviour`):
 - speculative counters: each decode chunk of ``n`` tokens is one draft of
   ``num_speculative_tokens`` tokens with ``n - 1`` accepted (positions ``0..n-2``);
 - prefix caching: a prompt seen before reports ``(n - 1) // block * block`` cached tokens;
-- faults, by markers in the prompt text: ``[[status:500]]`` answers that HTTP status,
+- faults: every ``fail_every_n``-th streamed request answers HTTP 500; and by markers in
+  the prompt text: ``[[status:500]]`` answers that HTTP status,
   ``[[hang]]`` never answers, ``[[drop:K]]`` closes the connection after ``K`` chunks.
 
 Run it with ``python -m deskside.bench.synthetic --port 8000`` (it prints ``listening on
@@ -60,6 +61,7 @@ class Behaviour:
     model: str = "synthetic"
     max_model_len: int = 1 << 20
     role_chunk_at_receipt: bool = True
+    fail_every_n: int = 0  # every n-th streamed request answers HTTP 500 (0: never)
 
 
 @dataclass
@@ -136,6 +138,7 @@ class SyntheticServer:
         self.metrics = _Metrics(self.behaviour.model)
         self._seen_prompts: set[int] = set()
         self._ids = itertools.count()
+        self._streams = 0
         self._server: asyncio.base_events.Server | None = None
         if self.behaviour.num_speculative_tokens:
             for pos in range(self.behaviour.num_speculative_tokens):
@@ -249,6 +252,11 @@ class SyntheticServer:
     ) -> bool:
         b = self.behaviour
         m = self.metrics
+        self._streams += 1
+        if b.fail_every_n and self._streams % b.fail_every_n == 0:
+            self._json(writer, {"error": {"message": "injected failure"}}, 500)
+            await writer.drain()
+            return True
         fault = FAULT.search(body) if b"[[" in body else None
         if fault and fault.group(1) == b"status":
             status = int(fault.group(2) or 500)
@@ -403,7 +411,14 @@ class ThreadedServer:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        fut = asyncio.run_coroutine_threadsafe(self.server.close(), self.loop)
+        async def shutdown() -> None:
+            await self.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        fut = asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
         with contextlib.suppress(Exception):
             fut.result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
