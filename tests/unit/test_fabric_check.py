@@ -191,6 +191,7 @@ def test_failed_rank_and_slow_link_fail_the_gate() -> None:
     assert (
         ar_gate.status == "fail" and "rank 1: RuntimeError: Connection refused" in ar_gate.message
     )
+    assert "rendezvous at 10.77.0.1:25000" in ar_gate.message
     slow = check_fabric(recipe, fakes(local_nodes(node0={"rank_seconds": 2.0})))
     ar_gate = next(x for x in slow.gates if x.gate == "allreduce")
     assert ar_gate.status == "fail" and "below the 10% pass threshold" in ar_gate.message

@@ -438,6 +438,16 @@ def _allreduce(
     data = report.model_dump(exclude={"ranks"})
     if failed:
         errors = "; ".join(f"rank {r.rank}: {r.error}" for r in failed)
+        if any(
+            k in (r.error or "").lower()
+            for r in failed
+            for k in ("connect", "timed out", "distnetworkerror", "address already in use")
+        ):
+            errors += (
+                f" (rendezvous at {report.master}: the port must be free on {ordered[0][0].name}"
+                " and reachable from every node, firewall included, and each node must reach"
+                " its own fabric address; --port picks another port)"
+            )
         return Gate(gate="allreduce", status="fail", message=errors, data=data), report
     if not correct:
         return (
