@@ -3,8 +3,8 @@
 
 demo:
 	@scripts/bootstrap
-	.venv/bin/deskside model tiny --arch deepseek-v3 --out .deskside/models/tiny-deepseek-v3
-	.venv/bin/deskside plan recipes/local-tiny.yaml
+	@scripts/system-deps
+	.venv/bin/deskside demo
 
 test:
 	@scripts/bootstrap
