@@ -249,6 +249,7 @@ def logs(
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
     lines: Annotated[int, typer.Option("-n", help="Lines from the end.")] = 40,
     run: RunOpt = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """Print (and follow) node logs."""
     from deskside.runtime.native import load_state
@@ -262,6 +263,18 @@ def logs(
             )
     except DesksideError as exc:
         fail(exc)
+    if as_json:
+        emit_json(
+            {
+                n.name: (
+                    Path(n.log).read_text(errors="replace").splitlines()[-lines:]
+                    if Path(n.log).exists()
+                    else []
+                )
+                for n in chosen
+            }
+        )
+        return
     offsets = {}
     for n in chosen:
         text = Path(n.log).read_text(errors="replace") if Path(n.log).exists() else ""

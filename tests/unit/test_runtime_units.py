@@ -56,3 +56,16 @@ def test_log_reader_kv_line_and_failures() -> None:
     oom = parse_line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert oom is not None and oom.kind == "oom"
     assert parse_line("INFO:     Application startup complete.") is not None
+
+
+def test_demo_loopback_variant_keeps_addresses_unique() -> None:
+    from deskside.demo import loopback_variant
+
+    recipe, _ = resolve_recipe("local-tiny")
+    lo = loopback_variant(recipe)
+    assert [n.address for n in lo.cluster.nodes] == ["127.0.0.1", "127.0.0.2"]
+    assert all(
+        n.netns is None and n.fabric and n.fabric.interface == "lo" for n in lo.cluster.nodes
+    )
+    assert local_net(lo) is None
+    assert lo.engine.host == "127.0.0.1"
