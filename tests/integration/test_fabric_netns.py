@@ -121,7 +121,8 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
     )
     h = Hosts(ns=ns, ifaces=ifaces, addrs=addrs, recipe=recipe, recipe_netns=recipe_netns)
     try:
-        for name in ns:
+        for name in ns:  # a leftover of a killed run with the same pid would block `add`
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
             ip("netns", "add", name)
         # Created directly inside the namespaces: nothing appears in the root namespace.
         ip("link", "add", ifaces[0], "netns", ns[0], "type", "veth", "peer", "name", ifaces[1],
