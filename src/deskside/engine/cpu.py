@@ -29,10 +29,11 @@ How it answers the lookup
 
 Processes
     vLLM starts its engine core and workers with the ``spawn`` method on CPU. A spawned
-    child re-imports this module as ``__mp_main__`` (not ``__main__``), so the finder is
-    installed at import time in every process, while ``main()`` runs only in the parent
-    under ``if __name__ == "__main__":``. ``VLLM_TARGET_DEVICE=cpu`` is set (when unset) in
-    the parent environment, which children inherit.
+    child re-imports this module as ``__mp_main__`` (not ``__main__``); the finder is
+    installed then too, while ``main()`` runs only in the parent under
+    ``if __name__ == "__main__":``. ``VLLM_TARGET_DEVICE=cpu`` is set (when unset) in the
+    parent environment, which children inherit. Importing this module for
+    :func:`launch_argv` has no side effect.
 """
 
 from __future__ import annotations
@@ -115,8 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     vllm_main()  # type: ignore[no-untyped-call]
 
 
-# Installed on import too: spawned children import this module as `__mp_main__`.
-install()
+if __name__ == "__mp_main__":
+    # A process spawned by vLLM re-imports the launcher under this name: give it the alias
+    # too. A plain `import deskside.engine.cpu` (e.g. for `launch_argv`) changes nothing.
+    install()
 
 if __name__ == "__main__":
     main()
