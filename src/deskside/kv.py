@@ -360,6 +360,19 @@ class Accounting:
             kv_cache_tokens=int(concurrency * limits.max_model_len),
         )
 
+    def project(self, layers: set[str]) -> Accounting:
+        """The accounting of a worker that holds only `layers` (a pipeline stage): every
+        group keeps its block table (_project_kv_cache_groups_to_worker), but a block
+        holds only this worker's pages, so it costs the widest group's bytes among them."""
+        if self.charge_per_block != self.bytes_per_block:
+            raise ValueError("this engine's accounting has no per-stage projection")
+        widest = max(
+            sum(sp.page_size_bytes for name, sp in zip(g.layers, g.specs, strict=True)
+                if name in layers)
+            for g in self.groups
+        )
+        return replace(self, bytes_per_block=widest, charge_per_block=widest)
+
     def estimate_max_model_len(self, limits: Limits, check_memory: int) -> int:
         """Binary search for the longest length whose need fits (0 if none)."""
 

@@ -216,7 +216,7 @@ def test_unknown_link_rate_is_not_gated_unless_asked() -> None:
 
 
 def flagship(hcas: str = "[rocep1s0f0]") -> Recipe:
-    text = FLAGSHIP.read_text().replace("hcas: [rocep1s0f0, rocep1s0f1]", f"hcas: {hcas}")
+    text = FLAGSHIP.read_text().replace("hcas: [rocep1s0f0]", f"hcas: {hcas}")
     return load_recipe_text(text, str(FLAGSHIP))
 
 
@@ -266,7 +266,7 @@ def test_roce_resolves_per_node_and_feeds_nccl() -> None:
 
 
 def test_roce_listing_an_unaddressed_device_fails_closed() -> None:
-    """The shipped flagship lists both ConnectX-7 devices; on these trees only rocep1s0f0
+    """Listing both ConnectX-7 devices when only rocep1s0f0
     carries the fabric address, so both nodes fail the rdma gate and NCCL is not tried."""
     report = check_fabric(flagship("[rocep1s0f0, rocep1s0f1]"), fakes(spark_nodes()))
     g = gates(report)

@@ -130,7 +130,7 @@ def test_node_snippet_for_the_flagship_and_none_for_socket() -> None:
     snippet = node_gid_snippet(flagship, head)
     assert snippet is not None
     assert "deskside_gid_index 0000:0000:0000:0000:0000:ffff:c0a8:6401 enp1s0f0np0" in snippet
-    assert "rocep1s0f0 rocep1s0f1" in snippet
+    assert "c0a8:6401 enp1s0f0np0 rocep1s0f0) ||" in snippet
     assert snippet.rstrip().endswith("export NCCL_IB_GID_INDEX")
     local = load_recipe(ROOT / "recipes" / "local-tiny.yaml")
     assert node_gid_snippet(local, local.head) is None

@@ -38,7 +38,7 @@ def test_roce_is_the_seeds_environment() -> None:
     assert fe.env == {
         "NCCL_NET": "IB",
         "NCCL_IB_DISABLE": "0",
-        "NCCL_IB_HCA": "=rocep1s0f0,rocep1s0f1",
+        "NCCL_IB_HCA": "=rocep1s0f0",
         "NCCL_IB_GID_INDEX": "7",
         "NCCL_IB_ROCE_VERSION_NUM": "2",
         "NCCL_IB_ADDR_FAMILY": "AF_INET",
@@ -73,7 +73,7 @@ def test_per_node_indexes_reach_the_launch_plan() -> None:
     launches = launch_plan(recipe, "m", fabric_env=launch_fabric_env(recipe, {"ai1": 7, "ai2": 3}))
     env = {launch.node: dict(launch.env) for launch in launches}
     assert env["ai1"][GID_INDEX_VAR] == "7" and env["ai2"][GID_INDEX_VAR] == "3"
-    assert env["ai1"]["NCCL_NET"] == "IB" and env["ai2"]["NCCL_IB_HCA"] == "=rocep1s0f0,rocep1s0f1"
+    assert env["ai1"]["NCCL_NET"] == "IB" and env["ai2"]["NCCL_IB_HCA"] == "=rocep1s0f0"
     assert env["ai1"]["VLLM_HOST_IP"] == "192.168.100.1"
 
 

@@ -132,7 +132,14 @@ def launch_plan(
     model: str,
     fabric_env: dict[str, dict[str, str]] | None = None,
 ) -> list[NodeLaunch]:
-    """Every node's launch, workers first (the order they should start in), head last."""
+    """Every node's launch, workers first (the order they should start in), head last.
+    `fabric_env` (per node name) defaults to the recipe's fabric: the seed's RoCE NCCL
+    environment, the socket fallback or loopback (deskside.fabric.nccl); a RoCE GID index
+    not given here is resolved on the node at start-up by the launch script."""
+    if fabric_env is None:
+        from deskside.fabric.nccl import launch_fabric_env
+
+        fabric_env = launch_fabric_env(recipe)
     e = recipe.engine
     head = recipe.head
     shared = engine_args(recipe, model)
