@@ -333,6 +333,10 @@ class Accounting:
     reserve_null_block: bool = True
     in_flight_tokens: int | None = None  # overrides Limits.max_in_flight_tokens
 
+    def effective_limits(self, limits: Limits) -> Limits:
+        """The limits as this engine counts them (in-flight tokens)."""
+        return self._limits(limits)
+
     def _limits(self, limits: Limits) -> Limits:
         if self.in_flight_tokens is None:
             return limits
@@ -367,8 +371,11 @@ class Accounting:
         if self.charge_per_block != self.bytes_per_block:
             raise ValueError("this engine's accounting has no per-stage projection")
         widest = max(
-            sum(sp.page_size_bytes for name, sp in zip(g.layers, g.specs, strict=True)
-                if name in layers)
+            sum(
+                sp.page_size_bytes
+                for name, sp in zip(g.layers, g.specs, strict=True)
+                if name in layers
+            )
             for g in self.groups
         )
         return replace(self, bytes_per_block=widest, charge_per_block=widest)

@@ -134,22 +134,28 @@ def kv_cache_line(device: str, tokens: int, max_model_len: int, concurrency: flo
     )
 
 
-def _group_summary(groups: list[KVGroup], limits: Limits) -> list[dict[str, Any]]:
-    # (limits as the engine's accounting sees them)
+def _group_summary(groups: list[KVGroup], acct: Accounting, limits: Limits) -> list[dict[str, Any]]:
+    lim = acct.effective_limits(limits)
     return [
         {
             "layers": len(g.layers),
             "types": sorted({s.type for s in g.specs}),
             "block_size": g.specs[0].block_size,
             "page_size_bytes": g.page_size_bytes,
-            "blocks_per_request": g.blocks_per_request(limits),
+            "blocks_per_request": g.blocks_per_request(lim),
         }
         for g in groups
     ]
 
 
-def _kv_bytes_per_token(groups: list[KVGroup]) -> int:
-    return sum(s.page_size_bytes // s.block_size for g in groups for s in g.specs)
+def _kv_bytes_per_token(groups: list[KVGroup], layers: set[str]) -> int:
+    """KV bytes one token costs in every cached layer of a rank (pages / block size)."""
+    return sum(
+        sp.page_size_bytes // sp.block_size
+        for g in groups
+        for name, sp in zip(g.layers, g.specs, strict=True)
+        if name in layers
+    )
 
 
 def accounting(arch: ModelArch, settings: EngineSettings, specs: dict[str, KVSpec]) -> Accounting:
@@ -170,12 +176,68 @@ def draft_layers_loaded(arch: ModelArch, settings: EngineSettings) -> int:
     return settings.num_draft_layers
 
 
+def pp_partitions(num_layers: int, pp: int) -> list[int]:
+    """vllm.distributed.utils.get_pp_indices: layers per stage, the remainder spread over
+    the stages before the last."""
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def layer_stages(arch: ModelArch, names: list[str], pp: int) -> dict[str, int]:
+    """Pipeline stage of every cached layer; draft (MTP) layers run on the last stage."""
+    bounds = []
+    start = 0
+    for count in pp_partitions(arch.num_hidden_layers, pp):
+        bounds.append((start, start + count))
+        start += count
+    stages = {}
+    for name in names:
+        index = int(name.split("model.layers.", 1)[1].split(".", 1)[0])
+        stage = next((s for s, (lo, hi) in enumerate(bounds) if lo <= index < hi), pp - 1)
+        stages[name] = stage
+    return stages
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One pipeline stage's rank: its weights, its KV memory, its view of the pool."""
+
+    stage: int
+    acct: Accounting
+    weights: int
+    available: int
+    budget: int  # what vLLM may use on the device (for headroom)
+
+    @property
+    def check_memory(self) -> int:
+        return self.acct.check_memory(self.available)
+
+
+def _stage_weights(arch: ModelArch, inp: PlanInput, s: EngineSettings, stage: int) -> int:
+    tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
+    drafts = draft_layers_loaded(arch, s)
+    if pp == 1:
+        return arch.weight_bytes_per_rank(tp, inp.weights_format, drafts)
+    from deskside.arch import weight_bytes_by_part
+
+    parts = weight_bytes_by_part(arch, inp.weights_format, drafts if stage == pp - 1 else 0)
+    share = pp_partitions(arch.num_hidden_layers, pp)[stage] / arch.num_hidden_layers
+    layered = ("attention", "dense_mlp", "experts", "shared_experts", "router", "norms")
+    sharded = sum(parts[k] for k in layered if k not in ("router", "norms")) * share
+    sharded += parts["embedding"] if stage == 0 else 0
+    sharded += parts["lm_head"] + parts["draft"] if stage == pp - 1 else 0
+    return int(sharded / tp + (parts["router"] + parts["norms"]) * share)
+
+
 def plan(inp: PlanInput) -> Plan:
     arch, hw = inp.arch, inp.hardware
     req = inp.request
     settings = resolve(arch, req)
     warnings: list[str] = list(settings.notes)
     assumptions: list[str] = []
+    tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
 
     specs = layer_specs(arch, settings)
     acct = accounting(arch, settings, specs)
@@ -192,54 +254,62 @@ def plan(inp: PlanInput) -> Plan:
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and quality past the limit is not guaranteed"
         )
     limits = Limits(max_model_len=max_model_len, max_in_flight_tokens=settings.max_in_flight_tokens)
-
-    tp = settings.tensor_parallel_size
-    drafts_loaded = draft_layers_loaded(arch, settings)
-    weights = arch.weight_bytes_per_rank(tp, inp.weights_format, drafts_loaded)
     overhead: NonKVEstimate = estimate_non_kv(arch, settings, max_model_len)
+    if req.device == "cpu" and req.kv_cache_memory is None:
+        raise_missing_cpu_kv()
 
-    memory: NodeMemory | None = None
+    stage_of = layer_stages(arch, list(specs), pp)
+    stages: list[StageMemory] = []
+    for stage in range(pp):
+        mine = {name for name, st in stage_of.items() if st == stage}
+        stage_acct = acct.project(mine) if pp > 1 else acct
+        weights = _stage_weights(arch, inp, settings, stage)
+        if req.kv_cache_memory is not None:
+            available = req.kv_cache_memory
+            budget = weights + overhead.total + available if req.device == "gpu" else available
+        else:
+            requested = -(-int(hw.total_bytes * settings.gpu_memory_utilization * 1000) // 1000)
+            available = requested - weights - overhead.total
+            budget = requested
+        stages.append(StageMemory(stage, stage_acct, weights, available, budget))
+    first = stages[0]
     if req.kv_cache_memory is not None:
-        available = req.kv_cache_memory
         assumptions.append(
-            f"KV cache memory is fixed at {format_gib(available)} per rank "
+            f"KV cache memory is fixed at {format_gib(req.kv_cache_memory)} per rank "
             "(kv_cache_memory / VLLM_CPU_KVCACHE_SPACE): vLLM skips memory profiling"
         )
-        budget = weights + overhead.total + available if req.device == "gpu" else available
     else:
-        if req.device == "cpu":
-            raise_missing_cpu_kv()
-        requested = -(-int(hw.total_bytes * settings.gpu_memory_utilization * 1000) // 1000)
-        available = requested - weights - overhead.total
-        budget = requested
         assumptions.append(
             f"{hw.name}: {format_gib(hw.total_bytes)} reported per device x "
             f"gpu_memory_utilization {settings.gpu_memory_utilization} = "
-            f"{format_gib(requested)} for vLLM; weights {format_gib(weights)} and "
+            f"{format_gib(first.budget)} for vLLM; weights {format_gib(first.weights)} and "
             f"non-KV {format_gib(overhead.total)} come off it"
+        )
+    if pp > 1:
+        assumptions.append(
+            f"pipeline stages hold {pp_partitions(arch.num_hidden_layers, pp)} layers "
+            "(vLLM's get_pp_indices); every rank gets the smallest stage's block count"
         )
     assumptions.extend(overhead.sources)
 
+    memory: NodeMemory | None = None
     if hw.total_bytes > 0:
         floor = inp.min_headroom if inp.min_headroom is not None else hw.safety_floor_bytes
-        headroom = hw.total_bytes - budget - overhead.outside_budget
+        budget = max(st.budget for st in stages)
         memory = NodeMemory(
             hardware=hw.name,
             unified=hw.unified,
             total_bytes=hw.total_bytes,
             vllm_budget_bytes=budget,
-            headroom_bytes=headroom,
+            headroom_bytes=hw.total_bytes - budget - overhead.outside_budget,
             safety_floor_bytes=floor,
         )
 
-    # The admission check holds back the null block (get_kv_cache_configs).
-    cap = acct.capacity(limits, available)
-    check_memory = acct.check_memory(available)
-    needed = acct.needed(limits)
     refusal: str | None = None
     estimated: int | None = None
     if auto:
-        fit = acct.estimate_max_model_len(limits, check_memory)
+        # _auto_fit_max_model_len: the longest length every stage can hold
+        fit = min(st.acct.estimate_max_model_len(limits, st.check_memory) for st in stages)
         if fit <= 0:
             refusal = (
                 "Cannot auto-fit max_model_len: not enough GPU memory available to serve "
@@ -248,17 +318,21 @@ def plan(inp: PlanInput) -> Plan:
         else:
             max_model_len = min(fit, derived)
             limits = Limits(max_model_len, limits.max_in_flight_tokens)
-            cap = acct.capacity(limits, available)
-            needed = acct.needed(limits)
             assumptions.append(f"max_model_len auto: {max_model_len:,} fits (vLLM's auto-fit)")
-    if available <= 0:
+    needed = [st.acct.needed(limits) for st in stages]
+    failing = next(
+        (st for st, need in zip(stages, needed, strict=True) if need > st.check_memory), None
+    )
+    if any(st.available <= 0 for st in stages):
         refusal = (
             "No available memory for the cache blocks. Try increasing "
             "`gpu_memory_utilization` when initializing the engine."
         )
-    elif needed > check_memory and refusal is None:
-        estimated = acct.estimate_max_model_len(limits, check_memory)
-        refusal = vllm_refusal(max_model_len, needed, check_memory, estimated)
+    elif failing is not None and refusal is None:
+        estimated = failing.acct.estimate_max_model_len(limits, failing.check_memory)
+        refusal = vllm_refusal(
+            max_model_len, needed[failing.stage], failing.check_memory, estimated
+        )
 
     if memory is not None and hw.unified and memory.headroom_bytes < memory.safety_floor_bytes:
         freeze = (
@@ -269,8 +343,12 @@ def plan(inp: PlanInput) -> Plan:
         )
         refusal = f"{refusal}\n{freeze}" if refusal else freeze
 
-    spec = settings.speculative
-    if spec is not None and settings.max_num_scheduled_tokens < 8192:
+    # get_kv_cache_configs: every rank gets the smallest block count; the capacity line
+    # divides it by the blocks one request needs across all groups.
+    caps = [st.acct.capacity(limits, st.available) for st in stages]
+    cap = min(caps, key=lambda c: c.num_blocks)
+
+    if settings.speculative is not None and settings.max_num_scheduled_tokens < 8192:
         warnings.append(
             f"max_num_scheduled_tokens is set to {settings.max_num_scheduled_tokens} based on "
             "the speculative decoding settings. This may lead to suboptimal performance. "
@@ -286,31 +364,35 @@ def plan(inp: PlanInput) -> Plan:
 
     fits = refusal is None
     ranks = []
-    world = tp * settings.pipeline_parallel_size
+    world = tp * pp
     for rank in range(world):
+        st = stages[rank // tp]
         node = None
         if inp.node_names:
             per_node = max(1, world // len(inp.node_names))
             node = inp.node_names[min(rank // per_node, len(inp.node_names) - 1)]
+        stage_groups = [g for g in groups if any(stage_of[name] == st.stage for name in g.layers)]
         ranks.append(
             RankPlan(
                 rank=rank,
                 node=node,
-                kv_bytes_per_token=_kv_bytes_per_token(groups),
+                kv_bytes_per_token=_kv_bytes_per_token(
+                    [g for g in groups], {n for n, x in stage_of.items() if x == st.stage}
+                ),
                 block_size=settings.block_size,
                 num_blocks=cap.num_blocks,
-                bytes_per_block=cap.bytes_per_block,
+                bytes_per_block=st.acct.bytes_per_block,
                 kv_cache_tokens=cap.kv_cache_tokens,
                 max_concurrency=round(cap.max_concurrency, 4),
                 max_model_len=max_model_len,
                 fits=fits,
-                needed_kv_bytes=needed,
-                available_kv_bytes=available,
+                needed_kv_bytes=needed[st.stage],
+                available_kv_bytes=st.available,
                 estimated_max_model_len=estimated,
-                weights_bytes=weights,
+                weights_bytes=st.weights,
                 non_kv_bytes=overhead.total,
                 non_kv_breakdown=dict(overhead.parts),
-                kv_groups=_group_summary(groups, limits),
+                kv_groups=_group_summary(stage_groups, acct, limits),
                 warnings=warnings,
             )
         )
@@ -328,9 +410,9 @@ def plan(inp: PlanInput) -> Plan:
         max_model_len=max_model_len,
         fits=fits,
         estimated_max_model_len=estimated,
-        weights_bytes=weights,
-        needed_kv_bytes=needed,
-        available_kv_bytes=available,
+        weights_bytes=r0.weights_bytes,
+        needed_kv_bytes=max(needed),
+        available_kv_bytes=min(st.available for st in stages),
         refusal=refusal,
         warnings=warnings,
         assumptions=assumptions,

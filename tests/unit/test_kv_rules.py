@@ -74,3 +74,41 @@ def test_mixed_types_same_block_size_is_uniform_type() -> None:
     groups = kv_cache_groups({"a": mla, "a.idx": idx})
     assert len(groups) == 1 and groups[0].uniform_type
     assert groups[0].page_size_bytes == 64 * (656 + 132)
+
+
+def test_pipeline_stages_follow_get_pp_indices_and_share_the_smallest_pool() -> None:
+    from deskside.arch import read_arch
+    from deskside.engine_config import EngineRequest
+    from deskside.hardware import PROFILES
+    from deskside.plan import PlanInput, plan, pp_partitions
+
+    # get_pp_indices: the remainder goes to the stages before the last
+    assert pp_partitions(7, 2) == [4, 3]
+    assert pp_partitions(10, 4) == [2, 3, 3, 2]
+    arch = read_arch(
+        {
+            "model_type": "llama",
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 64,
+            "num_hidden_layers": 7,
+            "vocab_size": 1000,
+            "intermediate_size": 512,
+            "max_position_embeddings": 32768,
+        }
+    )
+    p = plan(
+        PlanInput(
+            arch,
+            EngineRequest(
+                device="cpu", pipeline_parallel_size=2, kv_cache_memory=GIB, max_model_len=4096
+            ),
+            PROFILES["cpu"],
+        )
+    )
+    # 64 KiB pages; stage 0 holds 4 layers (256 KiB blocks -> 4,096 of them), stage 1
+    # holds 3 (192 KiB -> 5,461): every rank gets 4,096; 32 blocks per 4,096-token request.
+    assert [r.bytes_per_block for r in p.ranks] == [4 * 65536, 3 * 65536]
+    assert p.num_blocks == 4096 and p.kv_cache_tokens == 4096 * 128
+    assert [r.kv_bytes_per_token for r in p.ranks] == [4 * 512, 3 * 512]
