@@ -81,7 +81,9 @@ def bench(
     shared_prefix: Annotated[
         bool, typer.Option(help="Same prompt for every request of a cell (prefix cache hits).")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Prompt generator seed.")] = 0,
+    seed: Annotated[
+        int | None, typer.Option(help="Prompt seed (default: fresh per run, recorded).")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 900.0,
     api_key: Annotated[
         str | None, typer.Option(envvar="DESKSIDE_API_KEY", help="Bearer token, if needed.")

@@ -42,7 +42,11 @@ class BenchConfig(Strict):
     max_tokens: int = 256
     ignore_eos: bool = True
     shared_prefix: bool = False
-    seed: int = 0
+    seed: int | None = Field(
+        None,
+        description="Prompt generator seed; default: a fresh one per run (recorded), so a "
+        "repeated run is not served from the prefix cache the previous one filled",
+    )
     timeout_s: float = 900.0
     api_key: str | None = Field(None, exclude=True, repr=False)
     tokenizer: str | None = Field(None, description="Local tokenizer (fallback to /tokenize)")
@@ -234,6 +238,11 @@ class BenchResult(Strict):
     endpoint: Endpoint
     server_version: str | None = None
     config: BenchConfig
+    clock_epoch_s: float | None = Field(
+        None,
+        description="The client's time.monotonic() at the run's epoch: add it to sent_s to "
+        "compare with other processes' monotonic timestamps on the same host",
+    )
     tokenization: Tokenization | None = None
     cells: list[CellResult] = Field(default_factory=list)
     probe: ProbeResult | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -129,7 +130,12 @@ async def _choose_counter(
 
 
 async def _prompts(
-    counter: TokenCounter, config: BenchConfig, cell: Cell, kind: str, n: int
+    counter: TokenCounter,
+    config: BenchConfig,
+    cell: Cell,
+    kind: str,
+    n: int,
+    calibration: dict[str, float],
 ) -> list[Prompt]:
     out: list[Prompt] = []
     for i in range(n):
@@ -142,7 +148,7 @@ async def _prompts(
             out.append(out[0])
             continue
         words = prompt_words(config.seed, key, words_needed(cell.prompt_len))
-        out.append(await build_prompt(counter, cell.prompt_len, words))
+        out.append(await build_prompt(counter, cell.prompt_len, words, calibration))
     return out
 
 
@@ -192,8 +198,9 @@ async def _run_cell(
     if config.duration_s is not None and config.requests is None:
         n_req = 8 * cell.concurrency
     progress(Progress("prompts", cell, 0, n_warm + n_req, "building prompts"))
-    warm_prompts = await _prompts(counter, config, cell, "w", n_warm)
-    prompts = await _prompts(counter, config, cell, "r", n_req)
+    calibration: dict[str, float] = {}
+    warm_prompts = await _prompts(counter, config, cell, "w", n_warm, calibration)
+    prompts = await _prompts(counter, config, cell, "r", n_req, calibration)
     warm = [
         stream_request(config, model, i, p, config.warmup_max_tokens, warmup=True)
         for i, p in enumerate(warm_prompts)
@@ -247,6 +254,11 @@ async def _run_cell(
             metrics.prompt_tokens,
             clock,
         )
+        if server.prefix_cache_hits and not metrics.cached_tokens:
+            server.notes.append(
+                "the server's prefix cache hit but its responses report no cached tokens "
+                "(vLLM: --enable-prompt-tokens-details): prefill tok/s counts them as computed"
+            )
     result = CellResult(
         prompt_len=cell.prompt_len,
         concurrency=cell.concurrency,
@@ -335,6 +347,8 @@ async def arun_bench(
 ) -> BenchResult:
     """Run the configured matrix (or the probe) against ``config.url``."""
     report: ProgressFn = progress or (lambda _: None)
+    if config.seed is None:
+        config = config.model_copy(update={"seed": random.SystemRandom().randrange(1 << 31)})
     own = client is None
     bench_client: BenchClient = client or StreamClient(
         config.url, config.api_key, config.timeout_s, clock
@@ -355,6 +369,7 @@ async def arun_bench(
             tokenization=tokenization,
         )
         epoch = clock()
+        result.clock_epoch_s = epoch
         if config.probe_context is not None:
             result.probe = await _probe(
                 bench_client, config, model, counter, max_len, epoch, report

@@ -80,6 +80,7 @@ class SentRequest:
     chunk_tokens: list[int] = field(default_factory=list)
     completion_tokens: int = 0
     finished: bool = False
+    request_id: str | None = None  # the client's x-request-id header, if any
 
 
 class _Metrics:
@@ -173,7 +174,9 @@ class SyntheticServer:
                 length = int(headers.get("content-length", "0"))
                 body = await reader.readexactly(length) if length else b""
                 received = time.monotonic()
-                keep = await self._route(method, path.split("?", 1)[0], body, received, writer)
+                keep = await self._route(
+                    method, path.split("?", 1)[0], body, received, writer, headers
+                )
                 if not keep or headers.get("connection", "").lower() == "close":
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -196,7 +199,13 @@ class SyntheticServer:
         self._respond(writer, status, json.dumps(data).encode(), "application/json")
 
     async def _route(
-        self, method: str, path: str, body: bytes, received: float, writer: asyncio.StreamWriter
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        received: float,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str],
     ) -> bool:
         b = self.behaviour
         if method == "GET" and path == "/metrics":
@@ -216,7 +225,7 @@ class SyntheticServer:
             tokens = list(range(count))
             self._json(writer, {"count": count, "max_model_len": b.max_model_len, "tokens": tokens})
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            return await self._stream(path, body, received, writer)
+            return await self._stream(path, body, received, writer, headers.get("x-request-id"))
         else:
             self._json(writer, {"error": {"message": f"no route {method} {path}"}}, 404)
         await writer.drain()
@@ -248,7 +257,12 @@ class SyntheticServer:
             yield take
 
     async def _stream(
-        self, path: str, body: bytes, received: float, writer: asyncio.StreamWriter
+        self,
+        path: str,
+        body: bytes,
+        received: float,
+        writer: asyncio.StreamWriter,
+        request_id: str | None = None,
     ) -> bool:
         b = self.behaviour
         m = self.metrics
@@ -283,6 +297,7 @@ class SyntheticServer:
         record = SentRequest(
             rid, "chat" if chat else "completions", received, prompt_tokens, cached, max_tokens
         )
+        record.request_id = request_id
         self.sent.append(record)
         m.prompt_tokens.inc(prompt_tokens)
         m.prompt_cached.inc(cached)

@@ -84,7 +84,7 @@ def matrix(config: BenchConfig) -> list[Cell]:
     return [Cell(p, c) for p in config.prompt_lens for c in config.concurrency]
 
 
-def prompt_words(seed: int, key: str, n: int) -> list[str]:
+def prompt_words(seed: int | None, key: str, n: int) -> list[str]:
     """``n`` words, a pure function of (seed, key)."""
     rng = random.Random(f"deskside-bench:{seed}:{key}")
     return rng.choices(WORDS, k=n)
@@ -95,13 +95,19 @@ class PromptError(DesksideError):
 
 
 async def build_prompt(
-    counter: TokenCounter, target: int, words: list[str], max_calls: int = 40
+    counter: TokenCounter,
+    target: int,
+    words: list[str],
+    calibration: dict[str, float] | None = None,
+    max_calls: int = 40,
 ) -> Prompt:
     """The longest word prefix with count <= target, topped up with one-token fillers.
 
     Token counts of space-separated words are (close to) additive under the pre-tokenizers
     of BPE and SentencePiece vocabularies, so a secant step lands within a word or two and
-    the rest is done one word, then one filler token, at a time."""
+    the rest is done one word, then one filler token, at a time. ``calibration`` (the
+    template's own tokens and tokens per word) may be shared between calls with the same
+    counter: it saves two tokenizer calls per prompt."""
     calls = 0
 
     async def count(text: str) -> int:
@@ -117,13 +123,18 @@ async def build_prompt(
     def text_of(w: int) -> str:
         return " ".join(words[:w])
 
-    overhead = await count("")
+    cal = calibration if calibration is not None else {}
+    if "overhead" not in cal:
+        cal["overhead"] = await count("")
+    overhead = int(cal["overhead"])
     if target <= overhead:
         raise PromptError(
             f"a prompt of {target} tokens is shorter than the fixed template ({overhead})"
         )
-    probe = min(len(words), 64)
-    per_word = max(0.25, (await count(text_of(probe)) - overhead) / probe)
+    if "per_word" not in cal:
+        probe = min(len(words), 64)
+        cal["per_word"] = max(0.25, (await count(text_of(probe)) - overhead) / probe)
+    per_word = cal["per_word"]
     w = min(len(words), max(0, int((target - overhead) / per_word)))
     c = await count(text_of(w))
     for _ in range(8):

