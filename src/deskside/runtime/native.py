@@ -286,7 +286,7 @@ def _wait_ready(state: RunState, timeout: float, say: Progress) -> None:
                 missing = [n for n in state.served_names if n not in listed]
                 if not missing:
                     return
-            time.sleep(1.0)
+            time.sleep(0.25)
     stuck = min(followers, key=lambda f: len(f.events))
     raise DesksideError(
         f"not ready after {timeout:.0f} s; node {stuck.node} looks stuck "
