@@ -3,7 +3,8 @@
 "Engine alone": the very same per-node commands and environment that deskside would run
 (workers first), started by hand, timed until /health answers and /v1/models lists every
 served name. "deskside up": the whole command in a fresh process (recipe load, plan,
-namespaces, start, readiness), timed to its exit. Each start is torn down after it. Target: overhead_ratio <= 1.05. Last line: `overhead_ratio: <float>`.
+namespaces, start, readiness), timed to its exit. Each start is torn down after it.
+Target: overhead_ratio <= 1.05. Last line: `overhead_ratio: <float>`.
 """
 
 from __future__ import annotations
