@@ -35,6 +35,9 @@ app.add_typer(fabric_app, name="fabric")
 from deskside.bench.cli import app as bench_app  # noqa: E402
 
 app.add_typer(bench_app, name="bench")
+from deskside.render.cli import app as render_app  # noqa: E402
+
+app.add_typer(render_app)  # `render` and `diff`, top-level
 # --- end sub-apps ---
 
 out = Console(soft_wrap=True)

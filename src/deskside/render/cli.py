@@ -1,0 +1,154 @@
+"""`deskside render RECIPE --out DIR` and `deskside diff RECIPE --against LOCK`: a thin face
+over `deskside.render` and `deskside.lock`. Registered in deskside.cli without a group
+name, so both are top-level commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from deskside.errors import DesksideError, PlanRefused
+
+if TYPE_CHECKING:
+    from deskside.lock import HostDiff
+    from deskside.recipe.model import Recipe
+    from deskside.render.bundle import Bundle
+
+app = typer.Typer()
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+RecipeArg = Annotated[str, typer.Argument(help="Recipe file, or an embedded recipe's name.")]
+
+
+def _fail(error: DesksideError, as_json: bool) -> NoReturn:
+    from deskside.cli import fail
+
+    fail(error, as_json)
+
+
+def _emit(data: Any) -> None:
+    from deskside.cli import emit_json
+
+    emit_json(data)
+
+
+def _render(recipe_arg: str, force: bool) -> tuple[Recipe, Path, Bundle]:
+    from deskside.home import resolve_recipe
+    from deskside.planning import plan_recipe
+    from deskside.render import render as render_bundle
+
+    recipe, path = resolve_recipe(recipe_arg)
+    plan = plan_recipe(recipe, path)
+    if not plan.fits and not force:
+        raise PlanRefused(
+            plan.refusal or "the plan does not fit",
+            hint="fix the recipe (see `deskside plan`), or pass --force to render anyway",
+        )
+    return recipe, path, render_bundle(recipe, path, plan)
+
+
+@app.command()
+def render(
+    recipe: RecipeArg,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write the bundle into.")],
+    force: Annotated[bool, typer.Option(help="Render even when the plan does not fit.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Render every file of the deployment: one folder per node (compose.yaml, node.env,
+    launch.sh, systemd unit) and cluster/ (proxy, Prometheus, Grafana, deskside.lock)."""
+    from deskside.secrets import PROXY_MASTER_KEY, proxy_master_key, secrets_dir
+
+    try:
+        loaded, _, bundle = _render(recipe, force)
+        written = bundle.write(out_dir)
+        key_file = None
+        if loaded.proxy.enabled and loaded.proxy.master_key_file is None:
+            # generated once, kept 0600 beside deskside's state; the deploy copies it
+            proxy_master_key(loaded.name)
+            key_file = secrets_dir(loaded.name) / PROXY_MASTER_KEY
+    except DesksideError as exc:
+        _fail(exc, as_json)
+    files = [
+        {"path": p, "sha256": bundle.sha256(p), "mode": f"{bundle.mode(p):04o}", "bytes": len(b)}
+        for p, b in bundle.items()
+    ]
+    if as_json:
+        _emit(
+            {
+                "recipe": loaded.name,
+                "out": str(out_dir),
+                "files": files,
+                "notes": bundle.notes,
+                "proxy_master_key_file": str(key_file) if key_file else None,
+            }
+        )
+        return
+    table = Table(title=f"{loaded.name}: {len(written)} files in {out_dir}", title_justify="left")
+    table.add_column("file")
+    table.add_column("mode")
+    table.add_column("bytes", justify="right")
+    table.add_column("sha256")
+    for f in files:
+        table.add_row(str(f["path"]), str(f["mode"]), str(f["bytes"]), str(f["sha256"])[:12])
+    out.print(table)
+    for note in bundle.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
+    if key_file is not None:
+        out.print(f"proxy master key: kept in {key_file} (mode 0600, not printed)", highlight=False)
+
+
+@app.command()
+def diff(
+    recipe: RecipeArg,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            help="The deployed lock: a deskside.lock file, or a rendered bundle folder. "
+            "None: compare with nothing deployed."
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Render even when the plan does not fit.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Per host, what applying the recipe's bundle over a deployed one would change.
+    Exits 1 when something would change (like diff(1)), 0 when all is up to date."""
+    from deskside.lock import diff as diff_locks
+    from deskside.lock import read_lock
+
+    try:
+        old = read_lock(against) if against is not None else None
+        _, _, bundle = _render(recipe, force)
+        result = diff_locks(old, bundle)
+    except DesksideError as exc:
+        _fail(exc, as_json)
+    changed = any(h.changes_anything for h in result)
+    if as_json:
+        _emit({"changes": changed, "hosts": [h.model_dump(mode="json") for h in result]})
+    else:
+        _print_diff(result)
+    if changed:
+        raise typer.Exit(1)
+
+
+def _print_diff(result: list[HostDiff]) -> None:
+    for host in result:
+        role = f" ({host.role})" if host.role else ""
+        if not host.changes_anything:
+            out.print(f"[green]{host.host}[/]{role}: up to date ({host.unchanged} files)")
+            continue
+        action = "restart engine" if host.restart_engine else "no engine restart"
+        if host.reload:
+            action += "; reload " + ", ".join(host.reload)
+        out.print(f"[yellow]{host.host}[/]{role}: {action}", highlight=False)
+        for label, paths in (("+", host.added), ("-", host.removed), ("~", host.changed)):
+            for path in paths:
+                out.print(f"  {label} {path}", highlight=False)
+        for value in host.values:
+            out.print(f"  [dim]{value}[/]", highlight=False)

@@ -1,0 +1,96 @@
+"""Per-node `compose.yaml` for the container runtime (seed #39/#40 and the public two-Spark
+stacks): the engine image pinned by digest, host network and IPC, a large /dev/shm,
+unlimited memlock, `/dev/infiniband` for RoCE, `restart: unless-stopped`, the Hugging Face
+cache and the autotune/compile cache as volumes, the environment from node.env, and
+launch.sh (mounted read-only) as the entrypoint.
+
+Every string goes through `quote.compose_string`: Compose interpolates `$` in all values.
+The labels carry the sha256 of launch.sh, so a changed launch recreates the container on
+`docker compose up -d` even when compose.yaml itself would not change otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deskside.render.bundle import sha256_hex
+from deskside.render.context import (
+    CONTAINER_HOME_CACHE,
+    LAUNCH_IN_CONTAINER,
+    NodeContext,
+    RenderContext,
+)
+from deskside.render.quote import compose_string
+from deskside.render.serialize import comment_header, yaml_text
+
+SERVICE = "engine"
+"""The Compose service name of the engine on every node."""
+
+
+def _bind(source: str, target: str, *, read_only: bool = False, create: bool = False) -> Any:
+    volume: dict[str, Any] = {
+        "type": "bind",
+        "source": compose_string(source),
+        "target": compose_string(target),
+    }
+    if read_only:
+        volume["read_only"] = True
+    if create:
+        volume["bind"] = {"create_host_path": True}
+    return volume
+
+
+def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[str, Any]:
+    recipe = ctx.recipe
+    runtime = recipe.runtime
+    assert recipe.engine.image is not None  # the recipe rules require it for containers
+    volumes = [
+        _bind("./launch.sh", LAUNCH_IN_CONTAINER, read_only=True),
+        _bind(runtime.hf_cache, runtime.hf_cache, create=True),
+        _bind(ctx.layout.cache_dir, CONTAINER_HOME_CACHE, create=True),
+    ]
+    if recipe.model.path is not None:
+        # a local model folder: pushed under R/N/models/ (or an absolute path on the node)
+        volumes.append(_bind(ctx.model, ctx.model, read_only=True))
+    service: dict[str, Any] = {
+        "image": compose_string(recipe.engine.image),
+        "entrypoint": ["/bin/sh", LAUNCH_IN_CONTAINER],
+        "init": True,
+        "network_mode": "host",
+        "ipc": "host",
+        "shm_size": compose_string(runtime.shm_size),
+        "ulimits": {"memlock": -1, "stack": 67108864},
+        "restart": "unless-stopped",
+        "stop_grace_period": "2m",
+        "env_file": ["node.env"],
+        "volumes": volumes,
+    }
+    if recipe.cluster.fabric.transport == "roce":
+        service["devices"] = ["/dev/infiniband:/dev/infiniband"]
+        service["cap_add"] = ["IPC_LOCK"]
+    if recipe.engine.device == "gpu":
+        service["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+                }
+            }
+        }
+    service["labels"] = {
+        "io.deskside.recipe": recipe.name,
+        "io.deskside.node": n.name,
+        "io.deskside.role": n.launch.role,
+        "io.deskside.node-rank": str(n.launch.node_rank),
+        "io.deskside.launch-sha256": sha256_hex(launch_sh),
+    }
+    return {"name": ctx.layout.compose_project, "services": {SERVICE: service}}
+
+
+def render_compose(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> str:
+    header = comment_header(
+        f"{ctx.recipe.name}: the vLLM engine of node {n.name} ({n.launch.role}, node rank "
+        f"{n.launch.node_rank}) under Docker Compose.",
+        f"Rendered by `deskside render` from {ctx.recipe_file}.",
+        "Change the recipe and render again rather than editing this file.",
+    )
+    return yaml_text(compose_data(ctx, n, launch_sh), header)

@@ -1,0 +1,178 @@
+"""Prometheus on the head: `cluster/prometheus/prometheus.yml` and the alert rules
+`cluster/prometheus/rules/deskside.rules.yml` (both checked by `promtool` in the
+integration tests).
+
+Scrape jobs:
+- `vllm`: the engine's /metrics on the head (workers are headless: no HTTP server);
+- `node`: node_exporter on every node (memory, and RoCE port counters from its default
+  `infiniband` collector);
+- `deskside`: deskside's own exporter on every node, on port `DESKSIDE_EXPORTER_PORT`
+  (guard figures, GPU readings, the resolved GID index);
+- `prometheus`: itself.
+
+Alerts (vLLM metric names as REFERENCE §4 lists them):
+- EngineDown: the head's /metrics does not answer;
+- KVCacheUsageHigh: `vllm:kv_cache_usage_perc` (a 0-1 fraction) above guard.kv_usage_warn;
+- MemoryHeadroomLow: a node's MemAvailable under `MEMORY_AVAILABLE_WARN` of MemTotal (on
+  unified-memory hosts CPU and GPU share it, and running out freezes the host);
+- SpecAcceptanceCollapse (speculative decoding only): accepted / drafted tokens below
+  guard.min_spec_acceptance while drafts are being made;
+- NodeExporterDown: a node's node_exporter does not answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deskside.render.context import RenderContext
+from deskside.render.serialize import comment_header, yaml_text
+
+DESKSIDE_EXPORTER_PORT = 9478
+"""The port of deskside's exporter on every node (outside the common exporter ports: 9100
+node_exporter, 9400 DCGM exporter, 9090 Prometheus)."""
+
+MEMORY_AVAILABLE_WARN = 0.05
+"""MemoryHeadroomLow fires when MemAvailable is under this fraction of MemTotal. The seed's
+head sat at ~1% free (1.3 GB of 128 GB) before its cleanup; a planned GB10 at 0.82 keeps
+~12% available."""
+
+RULES_FILE = "rules/deskside.rules.yml"
+
+
+def _target(host: str, port: int) -> str:
+    return f"{host}:{port}"
+
+
+def prometheus_config(ctx: RenderContext) -> dict[str, Any]:
+    recipe = ctx.recipe
+    mon = recipe.monitoring
+    nodes = recipe.cluster.nodes
+
+    def per_node(port: int) -> list[dict[str, Any]]:
+        return [
+            {"targets": [_target(n.address, port)], "labels": {"node": n.name, "role": n.role}}
+            for n in nodes
+        ]
+
+    return {
+        "global": {
+            "scrape_interval": mon.scrape_interval,
+            "evaluation_interval": mon.scrape_interval,
+            "external_labels": {"deskside_recipe": recipe.name},
+        },
+        "rule_files": [RULES_FILE],
+        "scrape_configs": [
+            {
+                "job_name": "vllm",
+                "metrics_path": "/metrics",
+                "static_configs": [
+                    {
+                        "targets": [_target(ctx.api_host, recipe.engine.port)],
+                        "labels": {"node": recipe.head.name, "role": "head"},
+                    }
+                ],
+            },
+            {"job_name": "node", "static_configs": per_node(mon.node_exporter_port)},
+            {"job_name": "deskside", "static_configs": per_node(DESKSIDE_EXPORTER_PORT)},
+            {
+                "job_name": "prometheus",
+                "static_configs": [{"targets": [_target("localhost", mon.prometheus_port)]}],
+            },
+        ],
+    }
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:g}%"
+
+
+def alert_rules(ctx: RenderContext) -> dict[str, Any]:
+    recipe = ctx.recipe
+    guard = recipe.guard
+    rules: list[dict[str, Any]] = [
+        {
+            "alert": "EngineDown",
+            "expr": 'up{job="vllm"} == 0',
+            "for": "1m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "vLLM engine on {{ $labels.node }} is down",
+                "description": "The head's /metrics ({{ $labels.instance }}) has not answered "
+                "for a minute: the engine or one of its worker ranks has stopped.",
+            },
+        },
+        {
+            "alert": "KVCacheUsageHigh",
+            "expr": f"max by (instance, node) (vllm:kv_cache_usage_perc) > {guard.kv_usage_warn:g}",
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"KV cache above {_pct(guard.kv_usage_warn)} on {{{{ $labels.node }}}}",
+                "description": "KV cache usage is {{ $value | humanizePercentage }} "
+                f"(guard.kv_usage_warn {guard.kv_usage_warn:g}): requests will queue or be "
+                "preempted.",
+            },
+        },
+        {
+            "alert": "MemoryHeadroomLow",
+            "expr": 'node_memory_MemAvailable_bytes{job="node"} / '
+            f'node_memory_MemTotal_bytes{{job="node"}} < {MEMORY_AVAILABLE_WARN:g}',
+            "for": "2m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Memory headroom low on {{ $labels.node }}",
+                "description": "Only {{ $value | humanizePercentage }} of memory is available. "
+                "On unified-memory hosts (GB10) CPU and GPU share it, and running out "
+                "freezes the host: stop what else runs there or lower "
+                "gpu_memory_utilization.",
+            },
+        },
+        {
+            "alert": "NodeExporterDown",
+            "expr": 'up{job="node"} == 0',
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "node_exporter on {{ $labels.node }} is down",
+                "description": "No memory or RoCE metrics from {{ $labels.instance }}.",
+            },
+        },
+    ]
+    if recipe.engine.speculative is not None:
+        drafts = "rate(vllm:spec_decode_num_draft_tokens_total[10m])"
+        accepted = "rate(vllm:spec_decode_num_accepted_tokens_total[10m])"
+        rules.append(
+            {
+                "alert": "SpecAcceptanceCollapse",
+                "expr": f"(sum by (instance, node) ({accepted}) / sum by (instance, node) "
+                f"({drafts})) < {guard.min_spec_acceptance:g} and sum by (instance, node) "
+                f"({drafts}) > 0",
+                "for": "10m",
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": "Speculative draft acceptance collapsed on {{ $labels.node }}",
+                    "description": "Draft acceptance is {{ $value | humanizePercentage }} "
+                    f"(guard.min_spec_acceptance {guard.min_spec_acceptance:g}): speculative "
+                    f"decoding ({recipe.engine.speculative.method}) now costs more than it "
+                    "saves. Check the draft model and the image's patches.",
+                },
+            }
+        )
+    return {"groups": [{"name": f"deskside-{recipe.name}", "rules": rules}]}
+
+
+def render_prometheus_config(ctx: RenderContext) -> str:
+    header = comment_header(
+        f"{ctx.recipe.name}: Prometheus scrape configuration (vLLM, node_exporter, deskside).",
+        f"Rendered by `deskside render` from {ctx.recipe_file}.",
+    )
+    return yaml_text(prometheus_config(ctx), header)
+
+
+def render_alert_rules(ctx: RenderContext) -> str:
+    header = comment_header(
+        f"{ctx.recipe.name}: alert rules (engine down, KV cache usage, memory headroom, "
+        "speculative acceptance).",
+        f"Rendered by `deskside render` from {ctx.recipe_file}.",
+    )
+    return yaml_text(alert_rules(ctx), header)

@@ -1,0 +1,54 @@
+"""Per-node systemd unit `deskside-<recipe>.service`.
+
+- container runtime: the seed's wrapper (#40) — `Type=oneshot` + `RemainAfterExit=yes`
+  around `docker compose up -d` / `down`; Docker itself keeps the container running
+  (`restart: unless-stopped`), the unit is the bookkeeping that brings it back at boot.
+- native runtime: a plain service running launch.sh (in the node's network namespace when
+  the recipe puts it in one), restarted on failure.
+
+`docker` is named without a folder: systemd looks it up in its fixed search path
+(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin), wherever the node's Docker lives.
+"""
+
+from __future__ import annotations
+
+from deskside.render.context import NodeContext, RenderContext
+from deskside.render.quote import systemd_command
+from deskside.render.templates import render_template
+
+
+def compose_command(ctx: RenderContext, *verb: str) -> list[str]:
+    layout = ctx.layout
+    return [
+        "docker",
+        "compose",
+        "--project-name",
+        layout.compose_project,
+        "--file",
+        f"{layout.release_dir}/compose.yaml",
+        *verb,
+    ]
+
+
+def render_unit(ctx: RenderContext, n: NodeContext) -> str:
+    header = {
+        "recipe_name": ctx.recipe.name,
+        "recipe_file": ctx.recipe_file,
+        "node_name": n.name,
+        "role": n.launch.role,
+        "node_rank": n.launch.node_rank,
+    }
+    if ctx.recipe.runtime.kind == "container":
+        return render_template(
+            "compose.service.j2",
+            **header,
+            up=systemd_command(compose_command(ctx, "up", "--detach", "--remove-orphans")),
+            down=systemd_command(compose_command(ctx, "down")),
+        )
+    netns = f"/run/netns/{n.node.netns}" if n.node.netns else None
+    return render_template(
+        "native.service.j2",
+        **header,
+        start=systemd_command(["/bin/sh", f"{ctx.layout.release_dir}/launch.sh"]),
+        netns=netns,
+    )

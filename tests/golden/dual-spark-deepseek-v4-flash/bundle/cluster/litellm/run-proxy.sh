@@ -1,0 +1,19 @@
+#!/bin/sh
+# dual-spark-deepseek-v4-flash: start the LiteLLM proxy on the head (ai1).
+# Rendered by `deskside render` from dual-spark-deepseek-v4-flash.yaml.
+# The master key is read from its file here: it is in no rendered file and on no
+# command line.
+# Recipe values are literal on purpose:
+# shellcheck disable=SC1003,SC2016,SC2088
+set -eu
+case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
+key_file=/opt/deskside/dual-spark-deepseek-v4-flash/secrets/proxy-master-key
+if [ ! -r "$key_file" ]; then
+  printf 'deskside: proxy master key file %s is missing or unreadable\n' "$key_file" >&2
+  exit 1
+fi
+LITELLM_MASTER_KEY=$(cat "$key_file")
+export LITELLM_MASTER_KEY
+# no network at start-up (REFERENCE §3)
+export LITELLM_LOCAL_MODEL_COST_MAP=True
+exec litellm --config "$here/config.yaml" --host 192.168.0.27 --port 4000
