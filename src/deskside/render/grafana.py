@@ -21,6 +21,7 @@ from grafana_foundation_sdk.builders import dashboard as gdash
 from grafana_foundation_sdk.builders import prometheus as gprom
 from grafana_foundation_sdk.builders import timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as model
 
 from deskside.render.context import RenderContext
@@ -281,9 +282,20 @@ def dashboard(ctx: RenderContext) -> model.Dashboard:
     return builder.build()
 
 
-def dashboard_json(ctx: RenderContext) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(json.dumps(dashboard(ctx), cls=JSONEncoder))
+def sdk_json(board: model.Dashboard) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(json.dumps(board, cls=JSONEncoder))
     return data
+
+
+def canonical(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` as the SDK's models read and write it back: the form a file must have to pass
+    the validators' round trip (the SDK fills defaults the builders leave out)."""
+    register_default_plugins()
+    return sdk_json(model.Dashboard.from_json(data))
+
+
+def dashboard_json(ctx: RenderContext) -> dict[str, Any]:
+    return canonical(sdk_json(dashboard(ctx)))
 
 
 def dashboard_file(ctx: RenderContext) -> str:
