@@ -23,18 +23,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# a module import: deskside.lock imports deskside.render.bundle, so either may load first
+from deskside import lock as lockfile
 from deskside.fabric.nccl import fabric_envs
-from deskside.lock import (
-    GID_AT_LAUNCH,
-    LOCK_PATH,
-    LOCK_VERSION,
-    Lock,
-    ModelLock,
-    NodeLock,
-    deskside_version,
-    image_digest,
-    recipe_sha256,
-)
 from deskside.plan import Plan
 from deskside.recipe.model import Recipe
 from deskside.render import compose, grafana, prometheus, proxy, scripts, systemd
@@ -79,7 +70,7 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
             json_text(grafana.dashboard_json(ctx)),
         )
     bundle.notes.extend(_notes(ctx))
-    bundle.add(LOCK_PATH, build_lock(ctx, bundle).text())
+    bundle.add(lockfile.LOCK_PATH, build_lock(ctx, bundle).text())
     return bundle
 
 
@@ -99,17 +90,17 @@ def _notes(ctx: RenderContext) -> list[str]:
     return notes
 
 
-def build_lock(ctx: RenderContext, bundle: Bundle) -> Lock:
+def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
     recipe = ctx.recipe
     m = recipe.model
-    nodes: dict[str, NodeLock] = {}
+    nodes: dict[str, lockfile.NodeLock] = {}
     for n in ctx.nodes:
         env = dict(n.env)
         if n.gid_at_launch:
-            gid: str | None = GID_AT_LAUNCH
+            gid: str | None = lockfile.GID_AT_LAUNCH
         else:
             gid = env.get("NCCL_IB_GID_INDEX")
-        nodes[n.name] = NodeLock(
+        nodes[n.name] = lockfile.NodeLock(
             role=n.launch.role,
             node_rank=n.launch.node_rank,
             address=n.node.address,
@@ -123,7 +114,7 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> Lock:
     cluster_files = {
         p: sha256_hex(b)
         for p, b in bundle.items()
-        if p.startswith(CLUSTER_DIR + "/") and p != LOCK_PATH
+        if p.startswith(CLUSTER_DIR + "/") and p != lockfile.LOCK_PATH
     }
     services: dict[str, object] = {"engine_api": ctx.api_base}
     if recipe.proxy.enabled:
@@ -141,17 +132,17 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> Lock:
         }
     plan = ctx.plan
     layout = ctx.layout
-    return Lock(
-        lock_version=LOCK_VERSION,
+    return lockfile.Lock(
+        lock_version=lockfile.LOCK_VERSION,
         recipe=recipe.name,
         recipe_file=ctx.recipe_file,
-        recipe_sha256=recipe_sha256(portable_recipe_json(recipe, ctx.recipe_dir)),
-        deskside_version=deskside_version(),
+        recipe_sha256=lockfile.recipe_sha256(portable_recipe_json(recipe, ctx.recipe_dir)),
+        deskside_version=lockfile.deskside_version(),
         vllm_version=recipe.engine.vllm_version,
         runtime=recipe.runtime.kind,
         image=recipe.engine.image,
-        image_digest=image_digest(recipe.engine.image),
-        model=ModelLock(
+        image_digest=lockfile.image_digest(recipe.engine.image),
+        model=lockfile.ModelLock(
             repo=m.repo,
             revision=m.revision,
             path=_portable_path(m.path, ctx.recipe_dir),
