@@ -105,7 +105,7 @@ class ModelArch:
     num_hidden_layers: int
     num_attention_heads: int
     vocab_size: int
-    max_position_embeddings: int
+    max_position_embeddings: int  # the derived length limit (RoPE scaling applied)
     dtype: str  # the checkpoint's dtype ("bfloat16"...): KV dtype when kv_cache_dtype=auto
     layers: tuple[AttentionLayer, ...]  # target layers then draft layers
     params: ParamCounts
@@ -296,6 +296,40 @@ def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
     return _read_gqa(cfg, family)
 
 
+# Keys vLLM reads for a model's length limit (ModelArchConfigConvertorBase
+# .derive_max_model_len_and_key: the smallest one present wins).
+MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+# RoPE types whose max_position_embeddings is already scaled (_get_and_verify_max_len).
+UNSCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def derived_max_model_len(cfg: Mapping[str, Any]) -> int:
+    """The model's own length limit as vLLM derives it (_get_and_verify_max_len): the
+    smallest length key, model_max_length when set, times a RoPE scaling factor unless
+    the RoPE type already scaled max_position_embeddings (or the model is Gemma3)."""
+    lengths = [int(v) for k in MAX_LEN_KEYS if isinstance(v := cfg.get(k), int | float)]
+    derived = min(lengths) if lengths else 2048
+    if isinstance(cfg.get("model_max_length"), int):
+        derived = int(cfg["model_max_length"])
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
+        kind = str(rope.get("rope_type", rope.get("type", "default")))
+        factor = rope.get("factor")
+        if kind not in (*UNSCALED_ROPE, "default") and isinstance(factor, int | float):
+            derived = int(derived * factor)
+    return derived
+
+
 def _common(cfg: Mapping[str, Any]) -> dict[str, Any]:
     archs = cfg.get("architectures") or ["?"]
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
@@ -306,7 +340,7 @@ def _common(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "num_hidden_layers": _int(cfg, "num_hidden_layers"),
         "num_attention_heads": _int(cfg, "num_attention_heads"),
         "vocab_size": _int(cfg, "vocab_size"),
-        "max_position_embeddings": _int(cfg, "max_position_embeddings", 2048),
+        "max_position_embeddings": derived_max_model_len(cfg),
         "dtype": dtype,
     }
 

@@ -61,6 +61,7 @@ class EngineRequest:
     enforce_eager: bool = False
     vllm_version: str = "0.32.0"
     device_total_bytes: int = 0  # the device's reported total memory (batch defaults)
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the env
 
 
 @dataclass(frozen=True)

@@ -247,12 +247,23 @@ def plan(inp: PlanInput) -> Plan:
     derived = settings.derived_max_model_len
     auto = settings.max_model_len is None
     max_model_len = derived if auto else int(settings.max_model_len or derived)
+    over_limit: str | None = None
     if not auto and max_model_len > derived:
-        warnings.append(
-            f"max_model_len {max_model_len:,} is over the model's limit "
-            f"(max_position_embeddings {derived:,}); vLLM refuses it unless "
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and quality past the limit is not guaranteed"
+        # _get_and_verify_max_len's message (vLLM 0.32)
+        over_limit = (
+            f"User-specified max_model_len ({max_model_len}) is greater than the derived "
+            f"max_model_len (max_position_embeddings={derived} or model_max_length=None in "
+            "model's config.json)."
         )
+        if req.allow_long_max_model_len:
+            warnings.append(
+                f"{over_limit} Allowed by VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: positions past "
+                "the model's limit can produce NaNs (RoPE) or out-of-bounds errors"
+            )
+            over_limit = None
+        else:
+            over_limit += " To allow overriding this maximum, set the env var "
+            over_limit += "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
     limits = Limits(max_model_len=max_model_len, max_in_flight_tokens=settings.max_in_flight_tokens)
     overhead: NonKVEstimate = estimate_non_kv(arch, settings, max_model_len)
     if req.device == "cpu" and req.kv_cache_memory is None:
@@ -323,7 +334,9 @@ def plan(inp: PlanInput) -> Plan:
     failing = next(
         (st for st, need in zip(stages, needed, strict=True) if need > st.check_memory), None
     )
-    if any(st.available <= 0 for st in stages):
+    if over_limit is not None:
+        refusal = over_limit
+    elif any(st.available <= 0 for st in stages):
         refusal = (
             "No available memory for the cache blocks. Try increasing "
             "`gpu_memory_utilization` when initializing the engine."

@@ -102,3 +102,38 @@ def test_missing_field_is_named() -> None:
     del c["hidden_size"]
     with pytest.raises(ModelConfigError, match="hidden_size"):
         read_arch(c)
+
+
+def test_derived_max_model_len_follows_vllm() -> None:
+    from deskside.arch import derived_max_model_len
+
+    # linear RoPE scaling multiplies the limit; YaRN's max_position_embeddings is already
+    # scaled; the smallest length key wins
+    assert (
+        derived_max_model_len(
+            {"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}
+        )
+        == 16384
+    )
+    assert (
+        derived_max_model_len(
+            {"max_position_embeddings": 163840, "rope_scaling": {"type": "yarn", "factor": 40}}
+        )
+        == 163840
+    )
+    assert derived_max_model_len({"max_position_embeddings": 8192, "seq_length": 4096}) == 4096
+
+
+def test_over_the_model_limit_is_refused_like_vllm(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from deskside.planning import Overrides, plan_model_dir
+    from deskside.tiny import write_tiny_model
+
+    model = write_tiny_model("llama", Path(str(tmp_path)) / "m")  # 32,768 positions
+    p = plan_model_dir(model, Overrides(device="cpu", kv_cache_memory=1024**3, max_model_len=40000))
+    assert not p.fits and p.refusal is not None
+    assert p.refusal.startswith(
+        "User-specified max_model_len (40000) is greater than the derived max_model_len "
+        "(max_position_embeddings=32768"
+    )
