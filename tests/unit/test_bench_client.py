@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from deskside.bench.client import StreamClient, StreamRequest, _Connection
+from deskside.bench.client import StreamClient, StreamRequest, _Connection, _Sink
 from deskside.bench.metrics import cell_metrics
 from deskside.bench.models import RequestRecord
 from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
@@ -342,3 +342,35 @@ def test_unreachable_server_is_a_record() -> None:
     records = asyncio.run(_serial("http://127.0.0.1:9", [real_request(0, "x", 4, True)]))
     assert records[0].error_kind == "connection"
     assert not records[0].ok
+
+
+def test_token_detection_fast_and_full_paths_agree() -> None:
+    """After the first token most chunks skip json.loads; both paths must classify alike."""
+    payloads = [
+        (b'{"choices":[{"index":0,"delta":{"content":"a"}}]}', True),
+        (b'{"choices":[{"index":0,"delta":{"content":""}}]}', False),
+        (b'{"choices":[{"index":0,"delta":{"content": "spaced"}}]}', True),
+        (b'{"choices":[{"index":0,"delta":{"content":null,"reasoning":"r"}}]}', True),
+        (b'{"choices":[{"index":0,"delta":{"reasoning_content":"\\"q\\""}}]}', True),
+        (b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}', True),
+        (b'{"choices":[{"index":0,"delta":{"tool_calls":[]}}]}', False),
+        (b'{"choices":[{"index":0,"delta":{"content":"say \\"usage\\":{ x"}}]}', True),
+        (b'{"choices":[{"index":0,"text":"","token_ids":[17]}]}', True),
+        (b'{"choices":[{"index":0,"text":"z"}],"usage":null}', True),
+    ]
+    for payload, carries in payloads:
+        fast = _Sink(chat=b'"delta"' in payload)
+        fast.first = 0.0  # past the first token: the fast path applies
+        fast.event(payload, 1.0)
+        full = _Sink(chat=b'"delta"' in payload)
+        full.event(payload, 1.0)  # before the first token: always parsed
+        assert (fast.chunks == [1.0]) is carries, payload
+        assert (full.chunks == [1.0]) is carries, payload
+    usage = _Sink(chat=False)
+    usage.first = 0.0
+    usage.event(b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}', 2.0)
+    assert usage.usage == {"prompt_tokens": 3, "completion_tokens": 2} and usage.chunks == []
+    finish = _Sink(chat=False)
+    finish.first = 0.0
+    finish.event(b'{"choices":[{"index":0,"text":"x","finish_reason":"length"}]}', 3.0)
+    assert finish.finish_reason == "length" and finish.chunks == [3.0]

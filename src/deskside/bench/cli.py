@@ -115,7 +115,7 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return
     from deskside.bench.outputs import write_all
-    from deskside.bench.outputs.json import to_dict
+    from deskside.bench.outputs.json import dumps
     from deskside.bench.report import print_result
     from deskside.bench.runner import config_from, run_bench
 
@@ -163,7 +163,7 @@ def bench(
         return
     written = write_all(result, out) if out is not None else {}
     if as_json:
-        _emit(to_dict(result))
+        sys.stdout.write(dumps(result))
     else:
         console = Console()
         print_result(console, result, detail=detail)

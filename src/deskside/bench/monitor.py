@@ -1,6 +1,6 @@
 """The client watching itself: is it the bottleneck?
 
-A sampler task asks the event loop to wake it every ``interval_s``; how late it wakes is
+A sampler task asks the event loop to wake it every ``interval_s`` (20 ms); how late it wakes is
 the loop's lag - the delay any chunk arriving at that moment would have had before its
 timestamp was read. Process CPU time over the window says how busy the client was (one
 asyncio loop uses at most one core). A cell is unreliable when the lag's p99 or the CPU
@@ -22,7 +22,7 @@ from deskside.bench.models import ClientHealth
 class LoopMonitor:
     def __init__(
         self,
-        interval_s: float = 0.01,
+        interval_s: float = 0.02,
         clock: Callable[[], float] = time.monotonic,
         cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
