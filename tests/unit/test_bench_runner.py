@@ -5,6 +5,7 @@ cell, shared prefixes, skipped cells and the context probe."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from deskside.bench.report import notes
 from deskside.bench.runner import ServerUnreachable, run_bench
 from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
 from deskside.errors import UsageError
+from deskside.tiny import write_tiny_model
 
 # Decode chunks cycle 1, 3, 2 tokens with 3 draft tokens: for 20 output tokens a request
 # sends 1 + (1+3+2+1+3+2+1+3+2+1) -> 10 drafts, 9 accepted (0+2+1+0+2+1+0+2+1+0), position
@@ -133,3 +135,24 @@ def test_probe_context(server: ThreadedServer) -> None:
 def test_unreachable_server() -> None:
     with pytest.raises(ServerUnreachable, match="cannot reach"):
         run_bench(BenchConfig(url="http://127.0.0.1:9", prompt_lens=[16], concurrency=[1]))
+
+
+def test_local_tokenizer_fallback_is_said_and_checked(tmp_path: Path) -> None:
+    """No /tokenize: a local tokenizer counts, the result says so, and usage (this server
+    counts words, not BPE tokens) shows the lengths were not exact."""
+    s = start_in_thread(Behaviour(ttft_s=0.01, chunk_interval_s=0.002, tokenize=False))
+    try:
+        config = BenchConfig(url=s.url, prompt_lens=[64], concurrency=[1], max_tokens=4)
+        with pytest.raises(UsageError, match="/tokenize is not usable"):
+            run_bench(config)
+        model = write_tiny_model("llama", tmp_path / "m")
+        result = run_bench(config.model_copy(update={"tokenizer": str(model)}))
+    finally:
+        s.stop()
+    assert result.tokenization is not None
+    assert result.tokenization.method.startswith("local tokenizer")
+    assert "not usable" in result.tokenization.notes[0]
+    cell = result.cells[0]
+    assert cell.metrics.succeeded == 4
+    assert cell.metrics.prompt_tokens_exact is False
+    assert any("different length" in n for n in notes(result))

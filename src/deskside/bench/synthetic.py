@@ -62,6 +62,7 @@ class Behaviour:
     max_model_len: int = 1 << 20
     role_chunk_at_receipt: bool = True
     fail_every_n: int = 0  # every n-th streamed request answers HTTP 500 (0: never)
+    tokenize: bool = True  # False: no /tokenize route (404), as on non-vLLM servers
 
 
 @dataclass
@@ -219,7 +220,7 @@ class SyntheticServer:
             self._respond(writer, 200, b"", "text/plain")
         elif method == "GET" and path == "/synthetic/log":
             self._json(writer, [asdict(s) for s in self.sent])
-        elif method == "POST" and path == "/tokenize":
+        elif method == "POST" and path == "/tokenize" and b.tokenize:
             request = json.loads(body)
             count = self.count_prompt(request)
             tokens = list(range(count))
