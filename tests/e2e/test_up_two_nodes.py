@@ -81,6 +81,34 @@ def test_planned_kv_equals_engine_line(cluster: dict[str, object]) -> None:
     assert cluster["logged_kv_cache_line"] == cluster["planned_kv_cache_line"]
 
 
+def test_bench_two_node_mtp_cluster_matches_server_counters(cluster: dict[str, object]) -> None:
+    """deskside bench on the two-node MTP cluster: the client's token sums equal the
+    server's counters over each cell, and the speculative figures are the counter
+    arithmetic (random weights accept no drafts, so acceptance is 0 but drafts move)."""
+    from deskside.bench.models import BenchConfig
+    from deskside.bench.runner import run_bench
+
+    config = BenchConfig(
+        url=str(cluster["api_url"]),
+        model="tiny",
+        prompt_lens=[64],
+        concurrency=[1, 2],
+        requests=2,
+        max_tokens=12,
+    )
+    result = run_bench(config)
+    for cell in result.cells:
+        m, w = cell.metrics, cell.server
+        assert (m.succeeded, m.failed) == (2, 0), m.errors
+        assert w is not None and w.scraped
+        assert w.generation_tokens == m.output_tokens == 2 * 12
+        assert w.prompt_tokens == m.prompt_tokens
+        sd = w.spec_decode
+        assert sd is not None and sd.drafts > 0 and sd.draft_tokens == 3 * sd.drafts
+        assert sd.acceptance_rate == sd.accepted_tokens / sd.draft_tokens
+        assert sd.mean_acceptance_length == 1 + sd.accepted_tokens / sd.drafts
+
+
 def test_status_ready_then_degraded_when_worker_dies(
     cluster: dict[str, object], home: Path
 ) -> None:
