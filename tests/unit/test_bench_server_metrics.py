@@ -115,3 +115,17 @@ def test_missing_counters_are_none_not_zero() -> None:
 def test_parse_rejects_garbage() -> None:
     with pytest.raises(ValueError):
         parse_metrics("this is { not prometheus")
+
+
+def test_alias_reads_the_metrics_of_the_first_served_name() -> None:
+    from deskside.bench.server_metrics import parse_metrics, window
+
+    def text(n: float) -> str:
+        return (
+            "# TYPE vllm:generation_tokens counter\n"
+            f'vllm:generation_tokens_total{{engine="0",model_name="served"}} {n}\n'
+        )
+
+    w = window(parse_metrics(text(10)), parse_metrics(text(34)), model="alias")
+    assert w.generation_tokens == 24
+    assert any("alias" in note for note in w.notes)

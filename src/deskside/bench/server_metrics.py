@@ -91,11 +91,22 @@ def window(
     client_prompt_tokens: int | None = None,
 ) -> ServerWindow:
     """Counter differences ``after - before`` and what they mean."""
+    notes: list[str] = []
+    labelled = before.label_values(
+        "vllm:generation_tokens_total", "model_name"
+    ) | after.label_values("vllm:generation_tokens_total", "model_name")
+    if model is not None and labelled and model not in labelled:
+        # vLLM labels its metrics with the first served name only; an alias (another
+        # --served-model-name) is the same engine.
+        if len(labelled) == 1:
+            notes.append(f"{model!r} is an alias: metrics are labelled {next(iter(labelled))!r}")
+            model = next(iter(labelled))
 
     def d(name: str, **match: str) -> float | None:
         return _delta(before, after, name, model, **match)
 
     w = ServerWindow(scraped=True)
+    w.notes.extend(notes)
     w.prompt_tokens = d("vllm:prompt_tokens_total")
     w.generation_tokens = d("vllm:generation_tokens_total")
     w.prompt_tokens_cached = d("vllm:prompt_tokens_cached_total")
