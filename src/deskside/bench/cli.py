@@ -122,9 +122,19 @@ def bench(
     err = Console(stderr=True)
     try:
         if url is None:
-            raise UsageError(
-                "no server to bench", hint="deskside bench --url http://HOST:PORT [--model NAME]"
-            )
+            # the cluster `deskside up` started, when exactly one runs
+            from deskside.runtime.native import load_state
+
+            try:
+                running = load_state()
+            except DesksideError:
+                raise UsageError(
+                    "no server to bench",
+                    hint="deskside bench --url http://HOST:PORT [--model NAME], "
+                    "or start a cluster with deskside up",
+                ) from None
+            url = running.api_url
+            model = model or running.served_names[0]
         if endpoint not in ("chat", "completions"):
             raise UsageError(f"--endpoint must be chat or completions, not {endpoint!r}")
         values: dict[str, Any] = {
