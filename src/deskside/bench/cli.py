@@ -52,7 +52,7 @@ def _emit(data: Any) -> None:
 def bench(
     ctx: typer.Context,
     url: Annotated[
-        str | None, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")
+        str | None, typer.Option(help="Server base URL (default: the running cluster).")
     ] = None,
     model: Annotated[
         str | None, typer.Option(help="Served model name (default: the server's first).")
