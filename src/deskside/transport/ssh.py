@@ -1,0 +1,351 @@
+"""A node reached over SSH (asyncssh), behind the synchronous Transport API.
+
+- Authentication: public keys only, from the recipe's `ssh.identity_file` or the SSH agent
+  and the default key files. Password and keyboard-interactive authentication are
+  switched off: recipes never hold passwords.
+- Host keys are always verified against a known_hosts file (`known_hosts`, default
+  `~/.ssh/known_hosts`); an unknown or changed key is refused with a hint. There is no
+  option to skip verification.
+- One connection per (user, host, port, key, known_hosts), reused by every transport of
+  the process; commands and SFTP run as channels on it.
+- asyncssh runs on a private event loop in a daemon thread; each call blocks until its
+  coroutine is done.
+
+`run` sends `argv` quoted for POSIX sh (the login shell runs it); `env` is given with
+`env NAME=VALUE ...` (sshd drops most environment requests). `spawn` detaches with
+`setsid nohup ... &` and echoes the pid, a session leader, so a whole engine (with its
+worker processes) stops by session (see `deskside.deploy_stages.commands`). `put`
+writes a temporary file next to the target, sets the mode, and renames it over the target
+(SFTP posix-rename: atomic); `get` reads over SFTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import shlex
+import threading
+import uuid
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, TypeVar
+
+import asyncssh
+
+from deskside.errors import DesksideError
+from deskside.transport.base import Result
+
+T = TypeVar("T")
+
+CONNECT_TIMEOUT = 15.0
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+class SshError(DesksideError):
+    """A host that cannot be reached, authenticated or verified over SSH."""
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Where and as whom to connect."""
+
+    host: str
+    port: int = 22
+    user: str = "root"
+    identity_file: str | None = None
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+
+    @property
+    def label(self) -> str:
+        port = "" if self.port == 22 else f":{self.port}"
+        return f"{self.user}@{self.host}{port}"
+
+    def known_hosts_path(self) -> Path:
+        return Path(self.known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
+
+
+class _Loop:
+    """A private asyncio loop in a daemon thread (started on first use)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="deskside-ssh", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop())
+        return future.result(timeout)
+
+
+_LOOP = _Loop()
+
+
+class SshPool:
+    """Open connections, one per target; reconnects when a connection was closed."""
+
+    def __init__(self) -> None:
+        self._conns: dict[SshTarget, asyncssh.SSHClientConnection] = {}
+        self._locks: dict[SshTarget, asyncio.Lock] = {}
+
+    async def connection(self, target: SshTarget) -> asyncssh.SSHClientConnection:
+        lock = self._locks.setdefault(target, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(target)
+            if conn is not None and not conn.is_closed():
+                return conn
+            conn = await _connect(target)
+            self._conns[target] = conn
+            return conn
+
+    async def forget(self, target: SshTarget) -> None:
+        conn = self._conns.pop(target, None)
+        if conn is not None:
+            conn.close()
+            await conn.wait_closed()
+
+    async def close_all(self) -> None:
+        for target in list(self._conns):
+            await self.forget(target)
+
+
+POOL = SshPool()
+
+
+def close_all() -> None:
+    """Close every pooled connection (at exit, or between tests)."""
+    if _LOOP._loop is not None and not _LOOP._loop.is_closed():
+        with contextlib.suppress(Exception):
+            _LOOP.call(POOL.close_all(), timeout=10)
+
+
+atexit.register(close_all)
+
+
+def _auth_hint(target: SshTarget) -> str:
+    key = target.identity_file or "your SSH agent or ~/.ssh/id_*"
+    return (
+        f"deskside logs in with public keys only ({key}); authorize the key on the node: "
+        f"ssh-copy-id -p {target.port} {target.label}"
+    )
+
+
+def _host_key_hint(target: SshTarget) -> str:
+    where = f"[{target.host}]:{target.port}" if target.port != 22 else target.host
+    return (
+        f"deskside verifies host keys against {target.known_hosts_path()}; check the node's "
+        f"key fingerprint out of band, then add it: ssh-keyscan -p {target.port} "
+        f"{target.host} >> {target.known_hosts_path()} (entry {where})"
+    )
+
+
+async def _connect(target: SshTarget) -> asyncssh.SSHClientConnection:
+    known = target.known_hosts_path()
+    if not known.is_file():
+        raise SshError(
+            f"{target.label}: no known_hosts file {known} to verify the host key against",
+            hint=_host_key_hint(target),
+        )
+    options: dict[str, Any] = {
+        "port": target.port,
+        "username": target.user,
+        # always a path: asyncssh skips verification when known_hosts is None
+        "known_hosts": str(known),
+        "password_auth": False,
+        "kbdint_auth": False,
+        "preferred_auth": "publickey",
+        "connect_timeout": CONNECT_TIMEOUT,
+        "keepalive_interval": 30,
+    }
+    if target.identity_file:
+        key = Path(target.identity_file).expanduser()
+        if not key.is_file():
+            raise SshError(f"{target.label}: identity file {key} not found", _auth_hint(target))
+        options["client_keys"] = [str(key)]
+    try:
+        return await asyncssh.connect(target.host, **options)
+    except asyncssh.HostKeyNotVerifiable as exc:
+        raise SshError(
+            f"{target.label}: host key not verified ({exc.reason})", _host_key_hint(target)
+        ) from None
+    except asyncssh.PermissionDenied:
+        raise SshError(f"{target.label}: permission denied", _auth_hint(target)) from None
+    except asyncssh.DisconnectError as exc:
+        raise SshError(f"{target.label}: disconnected ({exc.reason})") from None
+    except (OSError, TimeoutError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise SshError(
+            f"{target.label}: unreachable ({reason})",
+            hint="check the node's address and ssh.port in the recipe, and that sshd runs",
+        ) from None
+
+
+def shell_command(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> str:
+    """`argv` as one POSIX sh command line (env and cwd applied), every word quoted."""
+    words = [shlex.quote(a) for a in argv]
+    if env:
+        words = ["env", "--", *(shlex.quote(f"{k}={v}") for k, v in env.items()), *words]
+    line = " ".join(words)
+    if cwd is not None:
+        line = f"cd {shlex.quote(cwd)} && {line}"
+    return line
+
+
+def spawn_command(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    log_path: str,
+    cwd: str | None,
+) -> str:
+    """Start `argv` detached in a new session, output appended to `log_path`; print its pid.
+
+    A non-interactive shell has no job control, so the background child is not a process
+    group leader and `setsid` makes it the session leader without forking: `$!` is the
+    session id."""
+    log = shlex.quote(log_path)
+    parent = shlex.quote(str(PurePosixPath(log_path).parent))
+    prefix = f"mkdir -p -- {parent} || exit 1; "
+    if cwd is not None:
+        prefix += f"cd -- {shlex.quote(cwd)} || exit 1; "
+    body = shell_command(argv, env)
+    return f"{prefix}setsid nohup {body} >>{log} 2>&1 </dev/null & echo $!"
+
+
+class SshTransport:
+    """One node over SSH (see the module docstring)."""
+
+    def __init__(self, target: SshTarget, pool: SshPool | None = None) -> None:
+        self.target = target
+        self.pool = pool or POOL
+
+    @property
+    def name(self) -> str:
+        return self.target.label
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return _LOOP.call(coro, timeout)
+
+    async def _conn(self) -> asyncssh.SSHClientConnection:
+        return await self.pool.connection(self.target)
+
+    # -- commands
+
+    async def _run(self, command: str, timeout: float | None, input: str | None) -> Result:
+        conn = await self._conn()
+        try:
+            done = await conn.run(
+                command, input=input, timeout=timeout, check=False, errors="replace"
+            )
+        except asyncssh.TimeoutError as exc:
+            out = exc.stdout if isinstance(exc.stdout, str) else ""
+            return Result(124, out, f"timed out after {timeout} s")
+        except asyncssh.ChannelOpenError as exc:
+            await self.pool.forget(self.target)
+            raise SshError(f"{self.name}: cannot open a session ({exc.reason})") from None
+        rc = done.exit_status
+        if rc is None or rc < 0:
+            rc = 255  # killed by a signal, or the connection dropped
+        stdout = done.stdout if isinstance(done.stdout, str) else ""
+        stderr = done.stderr if isinstance(done.stderr, str) else ""
+        return Result(rc, stdout, stderr)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        input: str | None = None,
+    ) -> Result:
+        command = shell_command(argv, env)
+        outer = None if timeout is None else timeout + CONNECT_TIMEOUT + 5
+        return self._call(self._run(command, timeout, input), outer)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        log_path: str,
+        cwd: str | None = None,
+    ) -> int:
+        command = spawn_command(argv, env=env, log_path=log_path, cwd=cwd)
+        result = self._call(self._run(command, 60, None))
+        pid = result.stdout.strip().splitlines()[-1:] if result.ok else []
+        if not pid or not pid[0].isdigit():
+            raise SshError(
+                f"{self.name}: could not start {argv[0] if argv else 'a process'}: "
+                f"{(result.stderr or result.stdout).strip()[:300]}"
+            )
+        return int(pid[0])
+
+    # -- files
+
+    async def _put(self, data: bytes, path: str, mode: int) -> None:
+        conn = await self._conn()
+        target = PurePosixPath(path)
+        tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"))
+        async with conn.start_sftp_client() as sftp:
+            await sftp.makedirs(str(target.parent), exist_ok=True)
+            # created with the final mode (never wider, even briefly), then chmod in case
+            # the server's umask narrowed it
+            attrs = asyncssh.SFTPAttrs(permissions=mode)
+            try:
+                async with sftp.open(tmp, "wb", attrs=attrs, encoding=None) as f:
+                    await f.write(data)
+                await sftp.chmod(tmp, mode)
+                await sftp.posix_rename(tmp, path)
+            except BaseException:
+                with contextlib.suppress(asyncssh.SFTPError, OSError):
+                    await sftp.remove(tmp)
+                raise
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        try:
+            self._call(self._put(data, path, mode))
+        except asyncssh.SFTPError as exc:
+            raise SshError(f"{self.name}: cannot write {path}: {exc.reason}") from None
+
+    async def _put_file(self, local: str, path: str, mode: int) -> None:
+        conn = await self._conn()
+        target = PurePosixPath(path)
+        tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"))
+        async with conn.start_sftp_client() as sftp:
+            await sftp.makedirs(str(target.parent), exist_ok=True)
+            await sftp.put(local, tmp)
+            await sftp.chmod(tmp, mode)
+            await sftp.posix_rename(tmp, path)
+
+    def put_file(self, local: Path, path: str, mode: int = 0o644) -> None:
+        """Stream a local file (a model shard may not fit in memory) to `path`, atomically."""
+        try:
+            self._call(self._put_file(str(local), path, mode))
+        except asyncssh.SFTPError as exc:
+            raise SshError(f"{self.name}: cannot write {path}: {exc.reason}") from None
+
+    async def _get(self, path: str) -> bytes:
+        conn = await self._conn()
+        async with conn.start_sftp_client() as sftp:
+            try:
+                async with sftp.open(path, "rb", encoding=None) as f:
+                    data = await f.read()
+            except asyncssh.SFTPNoSuchFile:
+                raise FileNotFoundError(path) from None
+        return data if isinstance(data, bytes) else data.encode()
+
+    def get(self, path: str) -> bytes:
+        try:
+            return self._call(self._get(path))
+        except asyncssh.SFTPError as exc:
+            raise SshError(f"{self.name}: cannot read {path}: {exc.reason}") from None
