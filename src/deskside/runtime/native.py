@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,17 +17,16 @@ from pydantic import BaseModel, ConfigDict
 
 from deskside import localnet
 from deskside.engine.cpu import launch_argv
-from deskside.engine.http import engine_metrics, health, served_models
-from deskside.engine.logs import EngineEvent, parse_line
+from deskside.engine.http import engine_metrics, health
 from deskside.engine.vllm import NodeLaunch, launch_plan, model_reference
 from deskside.errors import DesksideError, PlanRefused
 from deskside.home import runs_dir
 from deskside.plan import Plan
 from deskside.recipe.model import Node, Recipe
 from deskside.runtime import procs
+from deskside.runtime.ready import FAILURE_EVENTS, LogFollower, Watched, wait_ready
 from deskside.transport.local import LocalTransport
 
-FAILURE_EVENTS = ("refused", "oom", "distributed_timeout", "worker_died", "connection_refused")
 SHM = Path("/dev/shm")
 
 
@@ -124,44 +122,6 @@ def transport_for(node: Node) -> LocalTransport:
     return LocalTransport(netns=node.netns)
 
 
-def _tail(path: str, lines: int = 15) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
-
-
-@dataclass
-class LogFollower:
-    """Reads new lines of one node's log and turns them into events."""
-
-    node: str
-    path: str
-    offset: int = 0
-    events: list[EngineEvent] = field(default_factory=list)
-    last_line: str = ""
-
-    def poll(self) -> list[EngineEvent]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        new = []
-        for raw in chunk[: end + 1].decode(errors="replace").splitlines():
-            if raw.strip():
-                self.last_line = raw.strip()
-            if (event := parse_line(raw)) is not None:
-                new.append(event)
-        self.events.extend(new)
-        return new
-
-
 Progress = Callable[[str], None]
 
 
@@ -250,49 +210,26 @@ def up(
     return state
 
 
+def _local_poll(node: NodeState) -> Callable[[], tuple[bool, bytes]]:
+    follower = LogFollower(node.name, node.log)
+
+    def poll() -> tuple[bool, bytes]:
+        alive = procs.alive(node.pid)  # first: a dead node's log is then complete
+        return alive, follower.read_local()
+
+    return poll
+
+
 def _wait_ready(state: RunState, timeout: float, say: Progress) -> None:
-    followers = [LogFollower(n.name, n.log) for n in state.nodes]
-    head = next(n for n in state.nodes if n.role == "head")
-    deadline = time.monotonic() + timeout
-    phase = ""
-    with httpx.Client() as client:
-        while time.monotonic() < deadline:
-            for node, follower in zip(state.nodes, followers, strict=True):
-                for event in follower.poll():
-                    if event.kind in FAILURE_EVENTS:
-                        raise DesksideError(
-                            f"node {node.name}: {event.explanation}",
-                            hint=(event.hint or "")
-                            + f"\n  last lines of {node.log}:\n{_tail(node.log)}",
-                        )
-                    if event.kind == "kv_cache" and node.role == "head":
-                        state.logged_kv_cache_line = event.line.split("] ", 1)[-1].strip()
-                        tokens = event.data["kv_cache_tokens"]
-                        if tokens != state.planned_kv_cache_tokens:
-                            say(
-                                f"warning: engine KV cache {tokens:,} tokens, plan "
-                                f"{state.planned_kv_cache_tokens:,}"
-                            )
-                    if event.kind in ("loading", "kv_cache") and event.kind != phase:
-                        phase = event.kind
-                        say(event.explanation)
-                if not procs.alive(node.pid):
-                    raise DesksideError(
-                        f"node {node.name} ({node.role}) exited during start-up",
-                        hint=f"last lines of {node.log}:\n{_tail(node.log)}",
-                    )
-            if state.logged_kv_cache_line and health(client, state.api_url):
-                listed = served_models(client, state.api_url)
-                missing = [n for n in state.served_names if n not in listed]
-                if not missing:
-                    return
-            time.sleep(0.25)
-    stuck = min(followers, key=lambda f: len(f.events))
-    raise DesksideError(
-        f"not ready after {timeout:.0f} s; node {stuck.node} looks stuck "
-        f"(head: {head.name}, API {state.api_url})",
-        hint=f"last lines of {stuck.path}:\n{_tail(stuck.path)}",
+    found = wait_ready(
+        api_url=state.api_url,
+        served_names=state.served_names,
+        planned_kv_cache_tokens=state.planned_kv_cache_tokens,
+        nodes=[Watched(n.name, n.role, n.log, _local_poll(n)) for n in state.nodes],
+        timeout=timeout,
+        say=say,
     )
+    state.logged_kv_cache_line = found.logged_kv_cache_line
 
 
 def down(state: RunState, grace: float = 20.0) -> list[str]:
