@@ -172,9 +172,17 @@ RunOpt = Annotated[
 def up(
     recipe: RecipeArg,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 900,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="ssh: nodes: stop after render and diff.")
+    ] = False,
+    known_hosts: Annotated[
+        str | None,
+        typer.Option(help="ssh: nodes: known_hosts file (default ~/.ssh/known_hosts)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Plan, then start every node (workers first, then the head) and wait until ready."""
+    """Plan, then start every node (workers first, then the head) and wait until ready.
+    Recipes with ssh: nodes are deployed over SSH (deskside.deploy), with rollback."""
     from deskside.home import resolve_recipe
     from deskside.planning import plan_recipe
     from deskside.runtime.native import up as start
@@ -182,6 +190,27 @@ def up(
     try:
         loaded, path = resolve_recipe(recipe)
         planned = plan_recipe(loaded, path)
+        from deskside.deploy import is_remote
+
+        if is_remote(loaded):
+            from deskside import deploy_cli
+
+            return deploy_cli.up(
+                loaded,
+                path,
+                planned,
+                dry_run=dry_run,
+                known_hosts=known_hosts,
+                timeout=timeout,
+                as_json=as_json,
+                out=out,
+                err=err,
+            )
+        if dry_run:
+            raise UsageError(
+                "--dry-run applies to recipes with ssh: nodes",
+                hint="for local recipes: deskside render RECIPE --out DIR / deskside diff RECIPE",
+            )
         t0 = time.monotonic()
         with err.status("planning") as spinner:
             state = start(
@@ -211,6 +240,11 @@ def down(run: RunOpt = None, as_json: JsonFlag = False) -> None:
     from deskside.runtime.native import load_state
 
     try:
+        from deskside import deploy_cli
+        from deskside.deploy import find_remote_run
+
+        if (remote := find_remote_run(run)) is not None:
+            return deploy_cli.down(remote, as_json, out, err)
         state = load_state(run)
         leftovers = stop(state)
     except DesksideError as exc:
@@ -233,6 +267,11 @@ def status(run: RunOpt = None, as_json: JsonFlag = False) -> None:
     from deskside.runtime.native import status as probe
 
     try:
+        from deskside import deploy_cli
+        from deskside.deploy import find_remote_run
+
+        if (remote := find_remote_run(run)) is not None:
+            return deploy_cli.status(remote, as_json, out)
         st = probe(load_state(run))
     except DesksideError as exc:
         fail(exc, as_json)
@@ -258,6 +297,11 @@ def logs(
     from deskside.runtime.native import load_state
 
     try:
+        from deskside import deploy_cli
+        from deskside.deploy import find_remote_run
+
+        if (remote := find_remote_run(run)) is not None:
+            return deploy_cli.logs(remote, node, follow, lines, as_json)
         state = load_state(run)
         chosen = [n for n in state.nodes if node in (None, n.name)]
         if not chosen:

