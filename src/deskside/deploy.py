@@ -937,13 +937,23 @@ def _login_control(t: Transport, control: Control) -> Control:
     return control if r.ok and r.stdout.strip() == "0" else control.with_sudo(("sudo", "-n"))
 
 
-def down(run: RemoteRun, grace: float = 20.0) -> list[str]:
+def _run_transport(
+    run: RemoteRun, node: RunNode, transports: Mapping[str, Transport] | None
+) -> Transport:
+    if transports is not None and node.name in transports:
+        return transports[node.name]
+    return transport_for(node, run.known_hosts)
+
+
+def down(
+    run: RemoteRun, grace: float = 20.0, transports: Mapping[str, Transport] | None = None
+) -> list[str]:
     """Stop the deployed engines (head first, then workers) and the proxy; the releases
     stay on the nodes. Returns the nodes where something could not be stopped."""
     paths, base = _run_control(run)
     leftovers = []
     for node in sorted(run.nodes, key=lambda n: n.role != "head"):
-        t = transport_for(node, run.known_hosts)
+        t = _run_transport(run, node, transports)
         state = read_state(t, paths)
         if state is None:
             continue
@@ -957,12 +967,18 @@ def down(run: RemoteRun, grace: float = 20.0) -> list[str]:
     return leftovers
 
 
-def status(run: RemoteRun) -> ClusterStatus:
+def status(
+    run: RemoteRun,
+    transports: Mapping[str, Transport] | None = None,
+    http_transport: httpx.BaseTransport | None = None,
+) -> ClusterStatus:
+    """Per node: the state file, liveness, processes and memory of the engine; the API's
+    health and metrics from here."""
     paths, base = _run_control(run)
     nodes = []
     reasons = []
     for node in run.nodes:
-        t = transport_for(node, run.known_hosts)
+        t = _run_transport(run, node, transports)
         try:
             state = read_state(t, paths)
         except DesksideError as exc:
@@ -976,19 +992,20 @@ def status(run: RemoteRun) -> ClusterStatus:
             nodes.append(NodeStatus(node.name, node.role, 0, "exited", 0, 0, reason))
             continue
         pid = state.pid or 0
-        if base.alive(t, state):
-            processes, rss = base.stats(t, state)
+        control = _login_control(t, base)
+        if control.alive(t, state):
+            processes, rss = control.stats(t, state)
             nodes.append(NodeStatus(node.name, node.role, pid, "running", rss, processes, None))
             continue
         follower = LogFollower(node.name, state.log or run.unit)
-        events = follower.feed(base.tail(t, state, 200).encode())
+        events = follower.feed(control.tail(t, state, 200).encode())
         last = next((e for e in reversed(events) if e.kind in FAILURE_EVENTS), None)
         reason = f"{node.name} ({node.role}): engine of release {state.release} exited" + (
             f" - {last.explanation}" if last else f"; last log line: {follower.last_line[:160]}"
         )
         reasons.append(reason)
         nodes.append(NodeStatus(node.name, node.role, pid, "exited", 0, 0, reason))
-    with httpx.Client() as client:
+    with httpx.Client(transport=http_transport) as client:
         healthy = health(client, run.api_url)
         metrics = engine_metrics(client, run.api_url) if healthy else None
     running = [n for n in nodes if n.state == "running"]
@@ -1024,7 +1041,9 @@ class NodeLog:
     offset: int = 0
 
 
-def open_logs(run: RemoteRun, node: str | None) -> list[NodeLog]:
+def open_logs(
+    run: RemoteRun, node: str | None, transports: Mapping[str, Transport] | None = None
+) -> list[NodeLog]:
     """The engine logs of the run's nodes (all, or `node`)."""
     paths, base = _run_control(run)
     chosen = [n for n in run.nodes if node in (None, n.name)]
@@ -1032,7 +1051,7 @@ def open_logs(run: RemoteRun, node: str | None) -> list[NodeLog]:
         raise UsageError(f"no node {node!r}", hint="nodes: " + ", ".join(n.name for n in run.nodes))
     out = []
     for n in chosen:
-        t = transport_for(n, run.known_hosts)
+        t = _run_transport(run, n, transports)
         state = read_state(t, paths)
         if state is not None:
             out.append(NodeLog(n.name, t, _login_control(t, base), state))

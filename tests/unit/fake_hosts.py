@@ -1,0 +1,237 @@
+"""Fake nodes for deploy unit tests: a FakeTransport that answers the deploy's commands as
+a node would (files, the `current` link, releases, engines that start or die), and an
+httpx mock of the head's API. Every call of every host goes to one shared journal, so
+tests can check the order of operations across nodes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import httpx
+
+from deskside.deploy_stages import commands as cmd
+from deskside.deploy_stages import preflight as pf
+from deskside.transport.base import Result
+from deskside.transport.fake import FakeTransport
+
+BAD_FLAG = "--no-such-flag"
+GOOD_FACTS = (
+    "uid=0\nexisting=/\nwritable=1\ndisk_free_kib=100000000\n"
+    "python=3.11.7\nvllm=0.32.0\ndeskside=1\n"
+)
+
+
+@dataclass
+class Journal:
+    entries: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+
+    def index(self, host: str, kind: str, predicate: object = None) -> list[int]:
+        return [
+            i
+            for i, (h, k, argv) in enumerate(self.entries)
+            if h == host and k == kind and (predicate is None or predicate(argv))  # type: ignore[operator]
+        ]
+
+
+class FakeHost(FakeTransport):
+    """One node. `facts`: the preflight probe's answer. Container runtimes: `compose`
+    engines are alive once started (`docker compose up`/`systemctl restart`)."""
+
+    def __init__(self, label: str, journal: Journal, kv_line: str, facts: str = GOOD_FACTS):
+        super().__init__(label=label)
+        self.journal = journal
+        self.kv_line = kv_line
+        self.facts = facts
+        self.links: dict[str, str] = {}
+        self.alive: set[int] = set()
+        self.modes: dict[str, int] = {}
+        self.container_up = False
+        self.container_broken = False
+        self.proxies: set[int] = set()
+        self.default = self._answer
+
+    # -- helpers
+
+    def resolve(self, path: str) -> str:
+        for link, target in self.links.items():
+            if path == link or path.startswith(link + "/"):
+                base = str(PurePosixPath(link).parent / target)
+                return base + path[len(link) :]
+        return path
+
+    def tree(self, prefix: str) -> list[str]:
+        return [p for p in self.files if p.startswith(prefix.rstrip("/") + "/")]
+
+    def _rename(self, src: str, dst: str) -> None:
+        for path in self.tree(src):
+            self.files[dst + path[len(src) :]] = self.files.pop(path)
+            if path in self.modes:
+                self.modes[dst + path[len(src) :]] = self.modes.pop(path)
+
+    def engine_serving(self) -> bool:
+        return bool(self.alive - self.proxies) or self.container_up
+
+    @property
+    def state(self) -> dict[str, object] | None:
+        for path, data in self.files.items():
+            if path.endswith("/" + cmd.STATE_FILE):
+                return json.loads(data)  # type: ignore[no-any-return]
+        return None
+
+    # -- Transport
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: object = None,
+        timeout: float | None = None,
+        input: str | None = None,
+    ) -> Result:
+        self.journal.entries.append((self.label, "run", tuple(argv)))
+        return super().run(argv, timeout=timeout, input=input)
+
+    def spawn(
+        self, argv: Sequence[str], *, env: object = None, log_path: str, cwd: str | None = None
+    ) -> int:
+        self.journal.entries.append((self.label, "spawn", tuple(argv)))
+        pid = super().spawn(argv, log_path=log_path, cwd=cwd)
+        script = argv[-1]
+        if script.endswith("run-proxy.sh"):
+            self.proxies.add(pid)
+            self.alive.add(pid)
+            self.files[log_path] = b"LiteLLM: Proxy running\n"
+            return pid
+        launch = self.files.get(self.resolve(script), b"").decode()
+        if BAD_FLAG in launch:
+            self.files[log_path] = f"vllm: error: unrecognized arguments: {BAD_FLAG}\n".encode()
+        else:
+            line = f"(EngineCore pid=1) INFO 01-01 00:00:00 [kv_cache_utils.py:1] {self.kv_line}"
+            head = "--headless" not in launch
+            self.files[log_path] = (line + "\n").encode() if head else b"worker up\n"
+            self.alive.add(pid)
+        return pid
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        self.journal.entries.append((self.label, "put", (path,)))
+        super().put(data, path, mode)
+        self.modes[path] = mode
+
+    def get(self, path: str) -> bytes:
+        return super().get(self.resolve(path))
+
+    # -- the node's shell
+
+    def _answer(self, argv: Sequence[str]) -> Result:
+        a = list(argv)
+        if a[:2] == ["sh", "-c"]:
+            script, args = a[2], a[4:]
+            if script == pf.FACTS_SH:
+                return Result(0, self.facts, "")
+            if script == cmd.SWITCH_SH:
+                self.links[args[2]] = args[0]
+                return Result(0, "", "")
+            if script == cmd.POLL_SH:
+                pid, log, off = int(args[0]), args[1], int(args[2])
+                data = self.files.get(log, b"")
+                alive = int(pid in self.alive)
+                return Result(0, f"alive={alive} size={len(data)}\n" + data[off:].decode(), "")
+            if script == cmd.STOP_SESSION_SH:
+                self.alive.discard(int(args[0]))
+                return Result(0, "", "")
+            if script == cmd.SESSION_STATS_SH:
+                n = 3 if int(args[0]) in self.alive else 0
+                return Result(0, f"processes={n} rss_kib={n * 1000}\n", "")
+            if script == cmd.MODEL_SWAP_SH:
+                new, target, _old = args
+                for path in self.tree(target):
+                    self.files.pop(path)
+                self._rename(new, target)
+                return Result(0, "", "")
+            return Result(0, "", "")
+        if a[:2] == ["readlink", "--"]:
+            target = self.links.get(a[2])
+            return Result(0, target + "\n", "") if target else Result(1, "", "")
+        if a[:2] == ["test", "-e"]:
+            return Result(0 if self.tree(a[2]) or a[2] in self.files else 1, "", "")
+        if a[:2] == ["test", "-f"]:
+            return Result(0 if self.resolve(a[2]) in self.files else 1, "", "")
+        if a[:3] == ["mv", "-T", "--"]:
+            src, dst = a[3], a[4]
+            if self.tree(dst):
+                return Result(1, "", f"mv: cannot overwrite '{dst}'")
+            self._rename(src, dst)
+            return Result(0, "", "")
+        if a[:3] == ["rm", "-rf", "--"]:
+            for prefix in a[3:]:
+                for path in self.tree(prefix):
+                    self.files.pop(path)
+            return Result(0, "", "")
+        if a[:3] == ["rm", "-f", "--"]:
+            self.links.pop(a[3], None)
+            self.files.pop(a[3], None)
+            return Result(0, "", "")
+        if a[:3] == ["ls", "-1", "--"]:
+            names = {p[len(a[3]) + 1 :].split("/", 1)[0] for p in self.tree(a[3])}
+            return Result(0, "\n".join(sorted(names)) + "\n", "")
+        if a == ["id", "-u"]:
+            return Result(0, "0\n", "")
+        if a[:2] == ["tail", "-n"]:
+            lines = self.files.get(a[4], b"").decode().splitlines()[-int(a[2]) :]
+            return Result(0, "".join(line + "\n" for line in lines), "")
+        if a == ["date", "+%s"]:
+            return Result(0, "1700000000\n", "")
+        if "docker" in a and "compose" in a:
+            if "up" in a:
+                self._container_start()
+            elif "down" in a:
+                self.container_up = False
+            elif "ps" in a:
+                return Result(0, "c0ffee\n" if self.container_up else "", "")
+            elif "logs" in a:
+                line = f"INFO [kv_cache_utils.py:1] {self.kv_line}\n"
+                return Result(0, line if self.container_up else "", "")
+            return Result(0, "", "")
+        if a[:2] == ["systemctl", "restart"]:
+            self._container_start()
+        if a[:2] == ["systemctl", "stop"]:
+            self.container_up = False
+        return Result(0, "", "")
+
+    def _container_start(self) -> None:
+        current = next(link for link in self.links if link.endswith("/current"))
+        compose = self.files.get(self.resolve(current + "/compose.yaml"), b"").decode()
+        self.container_broken = BAD_FLAG in compose
+        self.container_up = not self.container_broken
+
+
+@dataclass
+class FakeApi:
+    """The head's HTTP API (and the proxy's), answering while the head engine runs."""
+
+    head: FakeHost
+    names: list[str]
+    seen: list[httpx.Request] = field(default_factory=list)
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        path = request.url.path
+        if path == "/health/liveliness":
+            return httpx.Response(200, json="I'm alive!")
+        if not self.head.engine_serving():
+            raise httpx.ConnectError("connection refused", request=request)
+        if path == "/health":
+            return httpx.Response(200)
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": n} for n in self.names]})
+        if path == "/v1/chat/completions":
+            return httpx.Response(200, json={"choices": [{"message": {"content": "OK"}}]})
+        if path == "/metrics":
+            return httpx.Response(200, text="vllm:kv_cache_usage_perc 0.0\n")
+        return httpx.Response(404)
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handler)

@@ -1,0 +1,235 @@
+"""The deploy's node-side commands run for real on this machine (LocalTransport): session
+stop with SIGKILL escalation, liveness + log polling, session stats, the atomic `current`
+switch, the preflight probe; and the pure parts: fact parsing, checks, pruning, and the SSH
+transport's command lines (run by sh to prove the quoting)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deskside.deploy_stages import commands as cmd
+from deskside.deploy_stages import preflight as pf
+from deskside.recipe.load import load_recipe_text
+from deskside.runtime import procs
+from deskside.transport.local import LocalTransport
+from deskside.transport.ssh import shell_command, spawn_command
+
+from ..deploy_cases import ssh_recipe_data
+
+LOCAL = LocalTransport()
+
+
+def _spawn(tmp: Path, script: str) -> tuple[int, Path]:
+    log = tmp / "out.log"
+    pid = LOCAL.spawn(["sh", "-c", script], log_path=str(log))
+    return pid, log
+
+
+def test_stop_session_escalates_to_sigkill(tmp_path: Path) -> None:
+    # a child that ignores SIGTERM: only SIGKILL ends it
+    pid, _ = _spawn(tmp_path, "trap '' TERM; sh -c \"trap '' TERM; sleep 60\" & sleep 60")
+    time.sleep(0.3)
+    assert len(procs.session_members(pid)) >= 2
+    t0 = time.monotonic()
+    r = LOCAL.run(cmd.stop_session(pid, grace=1))
+    procs.reap(pid)
+    assert r.ok, r.stderr
+    assert not procs.session_members(pid)
+    assert 0.9 < time.monotonic() - t0 < 15
+    assert LOCAL.run(cmd.stop_session(pid, grace=1)).ok  # nothing left: still fine
+
+
+def test_poll_reports_liveness_and_new_log_bytes(tmp_path: Path) -> None:
+    pid, log = _spawn(tmp_path, "echo one; echo two; exec sleep 60")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and log.read_bytes().count(b"\n") < 2:
+        time.sleep(0.05)
+    alive, size, chunk = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 0)).stdout)
+    assert alive and size == 8 and chunk == b"one\ntwo\n"
+    alive, size, chunk = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 4)).stdout)
+    assert alive and size == 8 and chunk == b"two\n"
+    alive, size, chunk = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 8)).stdout)
+    assert alive and size == 8 and chunk == b""
+    processes, rss = cmd.parse_session_stats(LOCAL.run(cmd.session_stats(pid)).stdout)
+    assert processes == 1 and rss > 0
+    assert procs.stop_session(pid, grace=2)
+    alive, _, _ = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 8)).stdout)
+    assert not alive
+    missing = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(tmp_path / "none"), 0)).stdout)
+    assert missing == (False, 0, b"")
+
+
+def test_a_process_that_is_not_a_session_leader_is_not_alive() -> None:
+    # pid reuse: a live process that does not lead its own session is not our engine
+    alive, _, _ = cmd.parse_poll(LOCAL.run(cmd.poll_process(os.getpid(), "/dev/null", 0)).stdout)
+    assert alive == (os.getsid(0) == os.getpid())
+
+
+def test_switch_current_is_a_relative_link_replaced_by_rename(tmp_path: Path) -> None:
+    paths = cmd.NodePaths(str(tmp_path / "r" / "n"))
+    for rid in ("20260101T000000Z-aaaaaaaa", "20260102T000000Z-bbbbbbbb"):
+        (tmp_path / "r" / "n" / "releases" / rid).mkdir(parents=True)
+        (tmp_path / "r" / "n" / "releases" / rid / "id").write_text(rid)
+    first, second = sorted(os.listdir(paths.releases))
+    assert LOCAL.run(cmd.switch_current(paths, first)).ok
+    assert os.readlink(paths.current) == f"releases/{first}"
+    assert LOCAL.run(cmd.switch_current(paths, second)).ok
+    assert Path(paths.current, "id").read_text() == second
+    assert cmd.parse_current(LOCAL.run(cmd.read_current(paths)).stdout) == second
+    assert sorted(os.listdir(paths.recipe_dir)) == ["current", "releases"]  # no temp link
+    assert LOCAL.run(cmd.remove_current(paths)).ok and not os.path.lexists(paths.current)
+    assert cmd.parse_current("") is None and cmd.parse_current("elsewhere/x") is None
+
+
+def test_releases_to_prune_keeps_the_newest_and_the_protected() -> None:
+    ids = [f"2026010{d}T000000Z-0000000{d}" for d in range(1, 8)]
+    listing = "\n".join([*ids, ".partial-x", "junk"])
+    assert cmd.releases_to_prune(listing, 3, {ids[0]}) == ids[1:4]
+    assert cmd.releases_to_prune(listing, 10, set()) == []
+
+
+def test_facts_probe_runs_here(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        argv = pf.facts_command(
+            str(tmp_path / "not" / "yet"),
+            python=sys.executable,
+            docker=False,
+            litellm=False,
+            key_file=None,
+        )
+        facts = pf.parse_facts(LOCAL.run(argv).stdout)
+    assert facts.uid == os.getuid()
+    assert facts.existing == str(tmp_path) and facts.writable
+    assert facts.disk_free_bytes is not None and facts.disk_free_bytes > 0
+    assert port in facts.listening
+    assert facts.python == sys.version.split()[0]
+    assert facts.vllm == "0.32.0" and facts.deskside
+    missing = pf.parse_facts(
+        LOCAL.run(
+            pf.facts_command(
+                "/", python="no-such-python", docker=False, litellm=False, key_file=None
+            )
+        ).stdout
+    )
+    assert missing.python_missing
+
+
+def _recipe(**runtime: object) -> object:
+    data = ssh_recipe_data(
+        addresses=("10.9.0.1", "10.9.0.2"),
+        interfaces=("e0", "e0"),
+        identity_file="~/.ssh/id",
+        root="/opt/deskside",
+        hf_cache="/var/hf",
+    )
+    data["runtime"].update(runtime)
+    import json
+
+    return load_recipe_text(json.dumps(data), "r.yaml", base_dir=Path("/tmp"))
+
+
+def test_checks_name_what_is_wrong_and_how_to_fix_it() -> None:
+    recipe = _recipe()
+    head = recipe.head  # type: ignore[attr-defined]
+    good = pf.parse_facts(
+        "uid=1000\nsudo=0\nexisting=/opt\nwritable=1\ndisk_free_kib=9999999\n"
+        "python=3.11\nvllm=0.31.1\ndeskside=1\n"
+    )
+    found = pf.check_node(
+        good,
+        recipe=recipe,  # type: ignore[arg-type]
+        node=head,
+        recipe_dir="/opt/deskside/ssh-tiny",
+        own_engine_running=False,
+        need_bytes=0,
+    )
+    assert found.problems == []  # native, no systemd: a plain user will do
+    assert found.notes == ["node0: vLLM 0.31.1 installed, the recipe pins 0.32.0"]
+    bad = pf.parse_facts(
+        "uid=1000\nsudo=0\nexisting=/opt\nwritable=0\ndisk_free_kib=1000\n"
+        "python_missing=1\nlisten=00000000:61A8\n"
+    )
+    found = pf.check_node(
+        bad,
+        recipe=_recipe(systemd=True),  # type: ignore[arg-type]
+        node=head,
+        recipe_dir="/opt/deskside/ssh-tiny",
+        own_engine_running=False,
+        need_bytes=10 * 1024**2,
+    )
+    messages = [p.message for p in found.problems]
+    assert any("not root and has no passwordless sudo" in m for m in messages)
+    assert any("cannot be created or written" in m for m in messages)
+    assert any("MiB free under /opt" in m for m in messages)
+    assert any("port 25000 (cluster.fabric.master_port" in m for m in messages)
+    assert any("not found" in m for m in messages)
+    assert any("systemd is not running" in m for m in messages)
+    assert all(p.hint for p in found.problems)
+
+
+def test_ssh_command_lines_are_inert_under_sh(tmp_path: Path) -> None:
+    nasty = "a 'b' \"c\" $(touch PWNED) `touch PWNED` ${HOME} ; * ~ \\"
+    line = shell_command(["printf", "%s|", nasty, "x"], env={"V": nasty}, cwd=str(tmp_path))
+    out = subprocess.run(["sh", "-c", line], capture_output=True, text=True, cwd="/")
+    assert out.stdout == f"{nasty}|x|" and not (tmp_path / "PWNED").exists()
+    log = tmp_path / "logs dir" / "e.log"
+    line = spawn_command(
+        ["sh", "-c", 'echo "$V"; exec sleep 30'], env={"V": nasty}, log_path=str(log), cwd="/"
+    )
+    out = subprocess.run(["sh", "-c", line], capture_output=True, text=True)
+    pid = int(out.stdout.strip())
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and os.getsid(pid) != pid:
+            time.sleep(0.02)  # $! is printed before the child has run setsid(2)
+        assert os.getsid(pid) == pid  # a session leader: stops by session work
+        while time.monotonic() < deadline and not log.exists():
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert log.read_text() == nasty + "\n"
+    finally:
+        assert procs.stop_session(pid, grace=2)
+
+
+@pytest.mark.parametrize("mode", ["644", "600", "missing"])
+def test_proxy_key_file_checks(mode: str) -> None:
+    data = ssh_recipe_data(
+        addresses=("10.9.0.1", "10.9.0.2"),
+        interfaces=("e0", "e0"),
+        identity_file="~/.ssh/id",
+        root="/opt/deskside",
+        hf_cache="/var/hf",
+    )
+    data["proxy"] = {"enabled": True, "master_key_file": "/etc/deskside/key"}
+    import json
+
+    recipe = load_recipe_text(json.dumps(data), "r.yaml", base_dir=Path("/tmp"))
+    facts = pf.parse_facts(
+        "uid=0\nexisting=/\nwritable=1\npython=3.11\nvllm=0.32.0\ndeskside=1\nlitellm=1\n"
+        f"key_mode={mode}\n"
+    )
+    found = pf.check_node(
+        facts,
+        recipe=recipe,
+        node=recipe.head,
+        recipe_dir="/opt/deskside/ssh-tiny",
+        own_engine_running=False,
+        need_bytes=0,
+    )
+    messages = " ".join(p.message for p in found.problems)
+    if mode == "600":
+        assert messages == ""
+    elif mode == "644":
+        assert "readable by others (mode 644)" in messages
+    else:
+        assert "missing or unreadable" in messages
