@@ -102,9 +102,10 @@ class StageRecord:
 class RollbackRecord:
     to_release: dict[str, str | None]
     ok: bool
-    seconds: float
+    seconds: float  # in all: stopping the new release, switching back, the restart
     detail: str
     error: str | None = None
+    stop_seconds: float = 0.0  # stopping the new release and switching `current` back
 
 
 @dataclass
@@ -347,12 +348,23 @@ def deploy(
         except Exception as exc:
             report.stages.append(StageRecord(name, "failed", time.monotonic() - started))
             report.failed_stage = name
+            report.error = _describe(exc, hint=False)
             if isinstance(exc, DesksideError):
-                report.error, report.hint, report.exit_code = exc.message, exc.hint, exc.exit_code
+                report.hint, report.exit_code = exc.hint, exc.exit_code
             else:
-                report.error, report.exit_code = f"{type(exc).__name__}: {exc}", 1
+                report.exit_code = 1
             if name in ROLLBACK_AFTER:
-                report.rollback = _rollback(d)
+                rollback_started = time.monotonic()
+                try:
+                    report.rollback = _rollback(d)
+                except Exception as rb_exc:  # e.g. a node became unreachable
+                    report.rollback = RollbackRecord(
+                        dict(d.previous),
+                        False,
+                        time.monotonic() - rollback_started,
+                        "the rollback itself failed",
+                        _describe(rb_exc),
+                    )
             break
         status = "skipped" if detail.startswith("skipped") else "ok"
         report.stages.append(StageRecord(name, status, time.monotonic() - started, detail))
@@ -364,6 +376,12 @@ def deploy(
     report.previous = dict(d.previous)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _describe(exc: BaseException, hint: bool = True) -> str:
+    if isinstance(exc, DesksideError):
+        return exc.message + (f"\n  {exc.hint}" if hint and exc.hint else "")
+    return f"{type(exc).__name__}: {exc}"
 
 
 # --------------------------------------------------------------------------- stages
@@ -877,6 +895,7 @@ def _rollback(d: Deployment) -> RollbackRecord:
     # an old engine the start stage did not get to stop is restarted below
     left += _stop_engines(d, {n: s for n, s in d.old_states.items() if d.old_alive.get(n)})
     switch_problems = _switch_back(d)
+    stopped = time.monotonic() - t0
     if left or switch_problems:
         return RollbackRecord(
             prev,
@@ -884,6 +903,7 @@ def _rollback(d: Deployment) -> RollbackRecord:
             time.monotonic() - t0,
             "could not undo the deploy",
             "; ".join([*(f"{n}: engine did not stop" for n in left), *switch_problems]),
+            stopped,
         )
     if not all(prev.get(n) for n in d.nodes):
         for node in d.nodes:
@@ -894,6 +914,7 @@ def _rollback(d: Deployment) -> RollbackRecord:
             True,
             time.monotonic() - t0,
             "no previous release on every node: the new one is stopped and nothing runs",
+            stop_seconds=stopped,
         )
     releases = {n: r for n, r in prev.items() if r}
     try:
@@ -901,18 +922,24 @@ def _rollback(d: Deployment) -> RollbackRecord:
         d.new_states = _start_release_tracked(d, releases)
         d.report.logged_kv_cache_line = _wait_ready(d, d.new_states)
         stage_contract(d)
-    except DesksideError as exc:
+    except Exception as exc:  # reported, never raised past the deploy
         _record(d, next(iter(releases.values())), ready=False)
+        error = _describe(exc)
         return RollbackRecord(
             prev,
             False,
             time.monotonic() - t0,
             "the previous release did not come back",
-            exc.message + (f"\n  {exc.hint}" if exc.hint else ""),
+            error,
+            stopped,
         )
     _record(d, releases[d.head], ready=True)
     return RollbackRecord(
-        prev, True, time.monotonic() - t0, f"release {releases[d.head]} is READY again"
+        prev,
+        True,
+        time.monotonic() - t0,
+        f"release {releases[d.head]} is READY again",
+        stop_seconds=stopped,
     )
 
 

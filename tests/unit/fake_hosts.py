@@ -215,6 +215,7 @@ class FakeApi:
     head: FakeHost
     names: list[str]
     seen: list[httpx.Request] = field(default_factory=list)
+    fail_chats: int = 0  # answer this many chat completions with HTTP 500
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.seen.append(request)
@@ -228,6 +229,9 @@ class FakeApi:
         if path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": n} for n in self.names]})
         if path == "/v1/chat/completions":
+            if self.fail_chats > 0:
+                self.fail_chats -= 1
+                return httpx.Response(500, json={"error": "boom"})
             return httpx.Response(200, json={"choices": [{"message": {"content": "OK"}}]})
         if path == "/metrics":
             return httpx.Response(200, text="vllm:kv_cache_usage_perc 0.0\n")

@@ -233,6 +233,36 @@ def test_broken_release_rolls_back_to_the_previous_one(tmp_path: Path) -> None:
     assert run is not None and run.release == good.release and run.ready_at
 
 
+def test_contract_failure_rolls_back(tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+    good = c.deploy()
+    c.api.fail_chats = 1  # the new release answers one name wrong
+    report = c.deploy(engine__max_num_seqs=5)
+    assert report.failed_stage == "contract"
+    assert "deepseek-v4-flash-tiny: HTTP 500" in (report.error or "")
+    assert report.rollback is not None and report.rollback.ok, report.rollback
+    assert c.head.links[c.paths.current] == f"releases/{good.release}"
+
+
+def test_unreachable_node_during_rollback_is_reported(tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+    c.deploy()
+    answer = c.worker.default
+
+    def lost(argv: Any) -> Any:
+        if tuple(argv[:3]) == ("sh", "-c", cmd.STOP_SESSION_SH):
+            raise deploy.DesksideError("root@10.90.0.2: unreachable (connection lost)")
+        return answer(argv)
+
+    c.worker.default = lost
+    report = c.deploy(engine__max_num_seqs=5)
+    assert report.failed_stage == "start"
+    assert "unreachable" in (report.error or "")
+    assert report.rollback is not None and not report.rollback.ok
+    assert report.rollback.detail == "the rollback itself failed"
+    assert "unreachable" in (report.rollback.error or "")
+
+
 def test_failed_first_deploy_leaves_nothing_running(tmp_path: Path) -> None:
     c = Cluster(tmp_path)
     report = c.deploy(engine__extra_args=[BAD_FLAG])
