@@ -69,6 +69,7 @@ from deskside.transport.ssh import SshTarget, SshTransport
 STAGES = ("preflight", "render", "diff", "push", "start", "ready", "contract")
 ROLLBACK_AFTER = ("start", "ready", "contract")
 RUN_FILE = "deploy.json"
+SKIPPED = "skipped: "  # a stage returning a detail with this prefix did nothing
 
 Progress = Callable[[str], None]
 Clock = Callable[[], datetime]
@@ -366,7 +367,9 @@ def deploy(
                         _describe(rb_exc),
                     )
             break
-        status = "skipped" if detail.startswith("skipped") else "ok"
+        status = "ok"
+        if detail.startswith(SKIPPED):
+            status, detail = "skipped", detail.removeprefix(SKIPPED)
         report.stages.append(StageRecord(name, status, time.monotonic() - started, detail))
     else:
         report.ok = True
@@ -571,7 +574,7 @@ def stage_push(d: Deployment) -> str:
     assert d.bundle is not None
     if d.unchanged:
         d.rid = next(iter(d.previous.values()))
-        return "skipped: nothing changed and every engine runs"
+        return SKIPPED + "nothing changed and every engine runs"
     lock_text = d.bundle[lockfile.LOCK_PATH]
     rid = cmd.release_id(d.now(), hashlib.sha256(lock_text).hexdigest())
     taken = {n: d.t(n).run(["test", "-e", d.paths.release(rid)]).ok for n in d.nodes}
@@ -714,7 +717,7 @@ def _record(d: Deployment, release: str | None, ready: bool) -> None:
 def stage_start(d: Deployment) -> str:
     if d.unchanged:
         d.new_states = {n: s for n, s in d.old_states.items() if s is not None}
-        return "skipped: engines left running"
+        return SKIPPED + "engines left running"
     assert d.rid is not None
     left = _stop_engines(d, d.old_states)
     if left:

@@ -25,7 +25,8 @@ def print_report(out: Console, err: Console, r: deploy.DeployReport) -> None:
     for note in r.notes:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
     for s in r.stages:
-        mark = {"ok": "[green]ok[/]", "skipped": "[dim]skipped[/]"}.get(s.status, "[red]failed[/]")
+        colour = {"ok": "green", "skipped": "dim"}.get(s.status, "red")
+        mark = f"[{colour}]{s.status:<7}[/]"
         detail = f" - {s.detail}" if s.detail else ""
         out.print(f"  {s.name:<10} {mark} {s.seconds:6.1f} s{detail}", highlight=False)
     if r.dry_run and r.ok:

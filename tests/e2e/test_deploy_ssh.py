@@ -227,10 +227,12 @@ def test_broken_release_rolls_back_to_the_working_one(setup: Setup) -> None:
     logs = setup.hosts.hosts[1].private_dir / "ssh-tiny" / "logs"
     (log,) = logs.glob(f"{bad}.*.log")
     assert BAD_FLAG in log.read_text()
-    start = next(s for s in report["stages"] if s["name"] == "ready")
+    stages = {s["name"]: s["seconds"] for s in report["stages"]}
     print(
-        f"\nbroken deploy + rollback: {seconds:.1f} s wall; broken release failed after "
-        f"{start['seconds']:.1f} s; rollback {rollback['seconds']:.1f} s"
+        f"\nbroken deploy + rollback: {seconds:.1f} s wall; good engines stopped in "
+        f"{stages['start']:.1f} s; broken release failed after {stages['ready']:.1f} s; "
+        f"rollback {rollback['seconds']:.1f} s (stop + switch back "
+        f"{rollback['stop_seconds']:.1f} s)"
     )
     st = json.loads(setup.cli("status", "--json").stdout)
     assert st["cluster"] == "READY" and st["release"] == good
