@@ -95,12 +95,12 @@ def window(
     labelled = before.label_values(
         "vllm:generation_tokens_total", "model_name"
     ) | after.label_values("vllm:generation_tokens_total", "model_name")
-    if model is not None and labelled and model not in labelled:
-        # vLLM labels its metrics with the first served name only; an alias (another
-        # --served-model-name) is the same engine.
-        if len(labelled) == 1:
-            notes.append(f"{model!r} is an alias: metrics are labelled {next(iter(labelled))!r}")
-            model = next(iter(labelled))
+    # vLLM labels its metrics with the first served name only; an alias (another
+    # --served-model-name) is the same engine.
+    if model is not None and len(labelled) == 1 and model not in labelled:
+        (served,) = labelled
+        notes.append(f"{model!r} is an alias: metrics are labelled {served!r}")
+        model = served
 
     def d(name: str, **match: str) -> float | None:
         return _delta(before, after, name, model, **match)
