@@ -151,6 +151,7 @@ class RunNode(BaseModel):
     node_rank: int
     address: str
     ssh: Ssh | None
+    netns: str | None = None
 
 
 class RemoteRun(BaseModel):
@@ -214,8 +215,9 @@ def is_remote(recipe: Recipe) -> bool:
 
 
 def transport_for(node: RunNode | Node, known_hosts: str | None) -> Transport:
+    """SSH for `ssh:` nodes; a node without it is this machine (in its namespace, if any)."""
     if node.ssh is None:
-        return LocalTransport()
+        return LocalTransport(netns=node.netns)
     return SshTransport(
         SshTarget(
             host=node.address,
@@ -707,6 +709,7 @@ def _record(d: Deployment, release: str | None, ready: bool) -> None:
                     node_rank=order[n.name].node_rank,
                     address=n.address,
                     ssh=n.ssh,
+                    netns=n.netns,
                 )
                 for n in recipe.cluster.nodes
             ],

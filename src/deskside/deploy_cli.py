@@ -126,7 +126,10 @@ def logs(run: deploy.RemoteRun, node: str | None, follow: bool, lines: int, as_j
 
     for log in opened:
         write(log.node, deploy.log_tail(log, lines))
+    pending = {log.node: "" for log in opened}  # a line still being written
     while follow:
         time.sleep(0.5)
         for log in opened:
-            write(log.node, deploy.log_follow(log))
+            text = pending[log.node] + deploy.log_follow(log)
+            complete, _, pending[log.node] = text.rpartition("\n")
+            write(log.node, complete)

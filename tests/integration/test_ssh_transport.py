@@ -69,6 +69,27 @@ def test_one_connection_per_host_is_reused(hosts: SshHosts) -> None:
     assert ssh.POOL._conns == conns  # the same connection objects
 
 
+def test_a_dropped_connection_is_an_ssh_error_and_the_next_call_reconnects(
+    hosts: SshHosts,
+) -> None:
+    t = transport(hosts)
+    assert t.run(["true"]).ok
+    # kill this connection's sshd process: the connection drops mid-command
+    try:
+        r = t.run(["sh", "-c", "kill -9 $PPID; sleep 5"], timeout=20)
+        assert not r.ok
+    except SshError as exc:
+        assert "connection lost" in exc.message
+    for _ in range(2):
+        try:
+            assert t.run(["echo", "back"]).stdout == "back\n"
+            break
+        except SshError as exc:
+            assert "connection lost" in exc.message
+    else:
+        raise AssertionError("no reconnect")
+
+
 def test_spawn_detaches_a_session_leader(hosts: SshHosts) -> None:
     t = transport(hosts)
     log = f"{hosts.private_root}/spawn/out.log"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import shlex
 import threading
@@ -234,7 +235,28 @@ class SshTransport:
         return self.target.label
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return _LOOP.call(coro, timeout)
+        """Run `coro` on the SSH loop. A dropped connection becomes an SshError (and is
+        forgotten, so the next call reconnects); FileNotFoundError passes through."""
+        try:
+            return _LOOP.call(coro, timeout)
+        except (FileNotFoundError, DesksideError):
+            raise
+        except concurrent.futures.TimeoutError:
+            self._forget()
+            raise SshError(f"{self.name}: no answer within {timeout:.0f} s") from None
+        except (asyncssh.Error, OSError) as exc:
+            if isinstance(exc, asyncssh.SFTPError):
+                raise
+            self._forget()
+            reason = getattr(exc, "reason", "") or str(exc) or type(exc).__name__
+            raise SshError(
+                f"{self.name}: connection lost ({reason})",
+                hint="check that the node is up and sshd runs, then run the command again",
+            ) from None
+
+    def _forget(self) -> None:
+        with contextlib.suppress(Exception):
+            _LOOP.call(self.pool.forget(self.target), timeout=10)
 
     async def _conn(self) -> asyncssh.SSHClientConnection:
         return await self.pool.connection(self.target)
