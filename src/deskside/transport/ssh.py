@@ -173,6 +173,12 @@ async def _connect(target: SshTarget) -> asyncssh.SSHClientConnection:
         options["client_keys"] = [str(key)]
     try:
         return await asyncssh.connect(target.host, **options)
+    except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as exc:
+        raise SshError(
+            f"{target.label}: cannot use identity file {target.identity_file} ({exc})",
+            hint="give an unencrypted private key, or load the key into your SSH agent "
+            "(ssh-add) and leave ssh.identity_file out",
+        ) from None
     except asyncssh.HostKeyNotVerifiable as exc:
         raise SshError(
             f"{target.label}: host key not verified ({exc.reason})", _host_key_hint(target)

@@ -1,0 +1,118 @@
+"""`deskside up/down/status/logs` route recipes with ssh: nodes to the deploy: a node
+nobody answers for fails preflight with an explanation (no traceback), `--dry-run` is
+refused for local recipes, and a recorded deploy is what down/status/logs act on."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import asyncssh
+import pytest
+from typer.testing import CliRunner
+
+from deskside import deploy
+from deskside.cli import app
+
+from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when the socket is
+
+
+def _recipe(tmp_path: Path) -> Path:
+    data = ssh_recipe_data(
+        addresses=("127.0.0.1", "localhost"),
+        interfaces=("lo", "lo"),
+        identity_file=str(tmp_path / "id"),
+        root=str(tmp_path / "nodes"),
+        hf_cache=str(tmp_path / "hf"),
+    )
+    data["cluster"]["nodes"][1]["fabric"]["address"] = "127.0.0.2"
+    port = _closed_port()
+    for node in data["cluster"]["nodes"]:
+        node["ssh"]["port"] = port
+    ensure_tiny_model(tmp_path)
+    return write_recipe(tmp_path, data)
+
+
+def test_up_of_an_ssh_recipe_runs_the_deploy(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path)
+    (tmp_path / "id").write_text("not a key\n")
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    result = runner.invoke(app, ["up", str(recipe), "--known-hosts", str(known), "--json"])
+    assert "cannot use identity file" in json.loads(result.stdout)["error"]
+    asyncssh.generate_private_key("ssh-ed25519").write_private_key(str(tmp_path / "id"))
+    result = runner.invoke(
+        app, ["up", str(recipe), "--dry-run", "--known-hosts", str(known), "--json"]
+    )
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["dry_run"] and report["failed_stage"] == "preflight"
+    assert "node0: root@127.0.0.1:" in report["error"] and "unreachable" in report["error"]
+    assert report["rollback"] is None
+    result = runner.invoke(app, ["up", str(recipe), "--known-hosts", str(known)])
+    assert result.exit_code == 1
+    assert "deploy failed at preflight" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "nodes").exists()
+
+
+def test_dry_run_is_for_ssh_recipes(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "recipes" / "local-tiny.yaml").read_text()
+    recipe = tmp_path / "local.yaml"
+    recipe.write_text(text)
+    ensure_tiny_model(tmp_path)
+    result = runner.invoke(app, ["up", str(recipe), "--dry-run"])
+    assert result.exit_code == 2
+    assert "--dry-run applies to recipes with ssh: nodes" in result.output
+
+
+def test_down_status_logs_find_the_recorded_deploy(tmp_path: Path, home: Path) -> None:
+    run = deploy.RemoteRun(
+        recipe=str(tmp_path / "r.yaml"),
+        recipe_name="ssh-tiny",
+        recipe_dir=str(tmp_path / "nodes" / "ssh-tiny"),
+        runtime="native",
+        systemd=False,
+        unit="deskside-ssh-tiny.service",
+        compose_project="deskside-ssh-tiny",
+        api_url="http://127.0.0.1:9",
+        proxy_url=None,
+        served_names=["tiny"],
+        known_hosts=None,
+        release=None,
+        deployed_at="2026-01-01T00:00:00+00:00",
+        nodes=[
+            deploy.RunNode(name="node0", role="head", node_rank=0, address="127.0.0.1", ssh=None)
+        ],
+    )
+    deploy.save_run(run)
+    assert deploy.find_remote_run(None) == run
+    # node0 is this machine here (no ssh): nothing runs, so status says DOWN
+    result = runner.invoke(app, ["status", "--json"])
+    assert result.exit_code == 1, result.output
+    st = json.loads(result.stdout)
+    assert st["cluster"] == "DOWN" and st["recipe"] == "ssh-tiny"
+    assert "nothing started by deskside runs there" in st["reasons"][0]
+    result = runner.invoke(app, ["logs", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout) == {}
+    result = runner.invoke(app, ["logs", "nodeX"])
+    assert result.exit_code == 2 and "no node 'nodeX'" in result.output
+    result = runner.invoke(app, ["down", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stopped"]
+    assert deploy.find_remote_run(None) is None
