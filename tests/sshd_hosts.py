@@ -16,6 +16,7 @@ then deletes the namespaces and the bridge."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deskside import localnet
+from deskside.runtime import procs
 from deskside.transport.local import LocalTransport
 
 SSHD = "/usr/sbin/sshd"
@@ -119,20 +121,46 @@ def kill_namespace_processes(netns: str) -> None:
         time.sleep(0.2)
 
 
+def _names(tag: str, pid: int) -> tuple[str, str]:
+    """The name prefix and /24 of a run: unique per test process, so two suites running
+    at once on one machine (a developer's and a CI clone's) never share a namespace, a
+    bridge or a subnet (the root namespace routes each subnet to one bridge)."""
+    prefix = f"ds{tag}{pid}"  # + "n0"/"v0"/"br"/"n0-h": within IFNAMSIZ (15)
+    return prefix, f"10.{100 + pid % 100}.{(pid // 100) % 250}"
+
+
+_STALE = re.compile(r"ds[a-z]([0-9]+)(?:n[0-9]+|br)")
+
+
+def remove_stale(root: LocalTransport) -> None:
+    """Namespaces and bridges of test runs whose process is gone (an interrupted run)."""
+    names = set(localnet.existing_namespaces(root))
+    links = root.run(["ip", "-o", "link", "show", "type", "bridge"]).stdout
+    names |= {line.split(":")[1].strip() for line in links.splitlines() if ":" in line}
+    for name in sorted(names):
+        m = _STALE.fullmatch(name)
+        if m is None or procs.alive(int(m[1])):
+            continue
+        if name.endswith("br"):
+            root.run(["ip", "link", "del", name])
+        else:
+            kill_namespace_processes(name)
+            root.run(["ip", "netns", "del", name])
+
+
 @contextmanager
-def ssh_hosts(
-    base: Path, prefix: str, subnet: str, count: int, private_root: Path
-) -> Iterator[SshHosts]:
-    """`count` hosts `<prefix>0..` at `<subnet>.1..` (a /24), each with sshd on port 22."""
+def ssh_hosts(base: Path, tag: str, count: int, private_root: Path) -> Iterator[SshHosts]:
+    """`count` hosts (a /24 and names unique to this process), sshd on port 22 each."""
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o700)
     private_root.mkdir(parents=True, exist_ok=True)
+    prefix, subnet = _names(tag, os.getpid())
     hosts = tuple(
         SshHost(
-            netns=f"{prefix}{i}",
+            netns=f"{prefix}n{i}",
             interface=f"{prefix}v{i}",
             address=f"{subnet}.{i + 1}",
-            private_dir=base / f"root-{prefix}{i}",
+            private_dir=base / f"root-{i}",
         )
         for i in range(count)
     )
@@ -143,8 +171,8 @@ def ssh_hosts(
         mtu=None,
     )
     root = LocalTransport()
-    # leftovers of an interrupted run with the same names
-    for h in hosts:
+    remove_stale(root)
+    for h in hosts:  # a leftover of this very process (a repeated fixture)
         kill_namespace_processes(h.netns)
     localnet.remove(net, root)
     identity = base / "client_key"

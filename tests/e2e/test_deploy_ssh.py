@@ -77,7 +77,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     if not ok:
         pytest.skip(why)
     base = tmp_path_factory.mktemp("deploy-ssh")
-    with ssh_hosts(base / "hosts", "dse", "10.82.0", 2, base / "node-root") as hosts:
+    with ssh_hosts(base / "hosts", "e", 2, base / "node-root") as hosts:
         h0, h1 = hosts.hosts
         data = ssh_recipe_data(
             addresses=(h0.address, h1.address),

@@ -29,7 +29,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHosts]:
     if not ok:
         pytest.skip(why)
     base = tmp_path_factory.mktemp("ssh-transport")
-    with ssh_hosts(base / "hosts", "dst", "10.81.0", 1, base / "root") as made:
+    with ssh_hosts(base / "hosts", "t", 1, base / "root") as made:
         yield made
     ssh.close_all()
 
