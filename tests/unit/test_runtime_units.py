@@ -69,3 +69,20 @@ def test_demo_loopback_variant_keeps_addresses_unique() -> None:
     )
     assert local_net(lo) is None
     assert lo.engine.host == "127.0.0.1"
+
+
+def test_shm_in_use_reads_fds_and_maps(tmp_path: Path) -> None:
+    import os
+
+    from deskside.runtime.procs import shm_in_use
+
+    proc = tmp_path / "4242"
+    (proc / "fd").mkdir(parents=True)
+    os.symlink("/dev/shm/psm_open", proc / "fd" / "3")
+    os.symlink("/tmp/other", proc / "fd" / "4")
+    (proc / "maps").write_text(
+        "7f00-7f10 rw-s 00000000 00:1a 12 /dev/shm/vllm_mapped (deleted)\n"
+        "7f10-7f20 r-xp 00000000 08:01 99 /usr/lib/libc.so.6\n"
+    )
+    (tmp_path / "self").mkdir()
+    assert shm_in_use(tmp_path) == {"psm_open", "vllm_mapped"}

@@ -240,8 +240,15 @@ def down(state: RunState, grace: float = 20.0) -> list[str]:
         if not procs.stop_session(node.pid, grace=grace):
             leftovers.append(node.name)
     before = set(state.shm_before)
+    in_use = procs.shm_in_use()
     for name in _shm_entries():
-        if name not in before and name.startswith(("psm_", "vllm", "torch_", "sem.mp-")):
+        # new since this run started, vLLM/torch/multiprocessing's, and mapped or open by
+        # no live process (another run's segments stay)
+        if (
+            name not in before
+            and name.startswith(("psm_", "vllm", "torch_", "sem.mp-"))
+            and name not in in_use
+        ):
             (SHM / name).unlink(missing_ok=True)
     if state.bridge and state.namespaces_created:
         root = LocalTransport()

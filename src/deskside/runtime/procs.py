@@ -103,3 +103,22 @@ def stop_session(sid: int, grace: float = 20.0) -> bool:
             return True
         time.sleep(0.1)
     return not session_members(sid)
+
+
+def shm_in_use(root: Path = PROC) -> set[str]:
+    """Names under /dev/shm that a live process has open or mapped (/proc/*/fd, maps)."""
+    names: set[str] = set()
+    for entry in root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    names.add(target[len("/dev/shm/") :].split(" ", 1)[0])
+            for line in (entry / "maps").read_text().splitlines():
+                if "/dev/shm/" in line:
+                    names.add(line.split("/dev/shm/", 1)[1].split(" ", 1)[0])
+        except (FileNotFoundError, PermissionError, ProcessLookupError, NotADirectoryError):
+            continue
+    return names
