@@ -7,7 +7,7 @@ demo:
 	.venv/bin/deskside demo
 
 test:
-	@scripts/bootstrap
+	@scripts/bootstrap --with-proxy
 	@scripts/system-deps
 	scripts/run-tests
 
