@@ -49,7 +49,6 @@ from deskside.deploy_stages.control import (
     remove_state,
     write_state,
 )
-from deskside.engine.http import engine_metrics, health
 from deskside.engine.vllm import launch_plan
 from deskside.errors import DesksideError, PlanRefused, UsageError
 from deskside.home import runs_dir
@@ -60,7 +59,7 @@ from deskside.render import Bundle, model_upload, render
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.render.context import Layout
 from deskside.render.proxy import HEAD_KEY_FILE
-from deskside.runtime.native import ClusterStatus, NodeStatus, api_url
+from deskside.runtime.native import ClusterStatus, NodeStatus, api_url, cluster_status
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower, Watched, wait_ready
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
@@ -1039,30 +1038,7 @@ def status(
         reasons.append(reason)
         nodes.append(NodeStatus(node.name, node.role, pid, "exited", 0, 0, reason))
     with httpx.Client(transport=http_transport) as client:
-        healthy = health(client, run.api_url)
-        metrics = engine_metrics(client, run.api_url) if healthy else None
-    running = [n for n in nodes if n.state == "running"]
-    if not running:
-        cluster = "DOWN"
-    elif len(running) < len(nodes):
-        cluster = "DEGRADED"
-    elif healthy:
-        cluster = "READY" if run.ready_at else "STARTING"
-    else:
-        cluster = "DEGRADED" if run.ready_at else "STARTING"
-        if run.ready_at:
-            reasons.append(f"engine API {run.api_url} does not answer /health")
-    return ClusterStatus(
-        recipe=run.recipe_name,
-        cluster=cluster,
-        api_url=run.api_url,
-        engine="healthy" if healthy else "unreachable",
-        nodes=nodes,
-        kv_cache_usage=metrics.kv_cache_usage if metrics else None,
-        requests_running=metrics.requests_running if metrics else None,
-        requests_waiting=metrics.requests_waiting if metrics else None,
-        reasons=reasons,
-    )
+        return cluster_status(run.recipe_name, run.api_url, run.ready_at, nodes, reasons, client)
 
 
 @dataclass

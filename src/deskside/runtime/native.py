@@ -289,6 +289,43 @@ class ClusterStatus:
         return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
 
 
+def cluster_status(
+    recipe: str,
+    url: str,
+    ready_at: str | None,
+    nodes: list[NodeStatus],
+    reasons: list[str],
+    client: httpx.Client,
+) -> ClusterStatus:
+    """The cluster verdict from its nodes' processes and the head's /health and /metrics:
+    DOWN when no node runs, DEGRADED when some do (or the API stopped answering after it was
+    ready), STARTING before the first readiness, READY otherwise."""
+    healthy = health(client, url)
+    metrics = engine_metrics(client, url) if healthy else None
+    running = [n for n in nodes if n.state == "running"]
+    if not running:
+        cluster = "DOWN"
+    elif len(running) < len(nodes):
+        cluster = "DEGRADED"
+    elif healthy:
+        cluster = "READY" if ready_at else "STARTING"
+    else:
+        cluster = "DEGRADED" if ready_at else "STARTING"
+        if ready_at:
+            reasons.append(f"engine API {url} does not answer /health")
+    return ClusterStatus(
+        recipe=recipe,
+        cluster=cluster,
+        api_url=url,
+        engine="healthy" if healthy else "unreachable",
+        nodes=nodes,
+        kv_cache_usage=metrics.kv_cache_usage if metrics else None,
+        requests_running=metrics.requests_running if metrics else None,
+        requests_waiting=metrics.requests_waiting if metrics else None,
+        reasons=reasons,
+    )
+
+
 def status(state: RunState) -> ClusterStatus:
     everything = procs.all_procs()
     nodes = []
@@ -318,28 +355,6 @@ def status(state: RunState) -> ClusterStatus:
         reasons.append(reason)
         nodes.append(NodeStatus(n.name, n.role, n.pid, "exited", 0, 0, reason))
     with httpx.Client() as client:
-        healthy = health(client, state.api_url)
-        metrics = engine_metrics(client, state.api_url) if healthy else None
-    engine = "healthy" if healthy else "unreachable"
-    running = [n for n in nodes if n.state == "running"]
-    if not running:
-        cluster = "DOWN"
-    elif len(running) < len(nodes):
-        cluster = "DEGRADED"
-    elif healthy:
-        cluster = "READY" if state.ready_at else "STARTING"
-    else:
-        cluster = "DEGRADED" if state.ready_at else "STARTING"
-        if state.ready_at:
-            reasons.append(f"engine API {state.api_url} does not answer /health")
-    return ClusterStatus(
-        recipe=state.recipe_name,
-        cluster=cluster,
-        api_url=state.api_url,
-        engine=engine,
-        nodes=nodes,
-        kv_cache_usage=metrics.kv_cache_usage if metrics else None,
-        requests_running=metrics.requests_running if metrics else None,
-        requests_waiting=metrics.requests_waiting if metrics else None,
-        reasons=reasons,
-    )
+        return cluster_status(
+            state.recipe_name, state.api_url, state.ready_at, nodes, reasons, client
+        )
