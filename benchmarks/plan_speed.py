@@ -19,7 +19,7 @@ import time, sys
 t0 = time.perf_counter()
 from pathlib import Path
 from deskside.recipe.load import load_recipe
-from deskside.planning import plan_recipe
+from deskside.planner.inputs import plan_recipe
 p = Path(sys.argv[1])
 plan_recipe(load_recipe(p), p)
 print(time.perf_counter() - t0)
@@ -33,7 +33,7 @@ def main() -> None:
             [sys.executable, "-c", CHILD, str(RECIPE)], capture_output=True, text=True, check=True
         )
         colds.append(float(out.stdout.strip()))
-    from deskside.planning import plan_recipe
+    from deskside.planner.inputs import plan_recipe
     from deskside.recipe.load import load_recipe
 
     recipe = load_recipe(RECIPE)

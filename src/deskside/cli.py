@@ -95,7 +95,7 @@ def plan(
     as_json: JsonFlag = False,
 ) -> None:
     """Plan memory exactly as vLLM will: KV blocks, tokens, concurrency, and refusals."""
-    from deskside.planning import Overrides, plan_model_dir, plan_recipe
+    from deskside.planner.inputs import Overrides, plan_model_dir, plan_recipe
     from deskside.units import parse_bytes
 
     try:
@@ -184,7 +184,7 @@ def up(
     """Plan, then start every node (workers first, then the head) and wait until ready.
     Recipes with ssh: nodes are deployed over SSH (deskside.deploy), with rollback."""
     from deskside.home import resolve_recipe
-    from deskside.planning import plan_recipe
+    from deskside.planner.inputs import plan_recipe
     from deskside.runtime.native import up as start
 
     try:

@@ -20,8 +20,8 @@ import httpx
 
 from deskside import localnet
 from deskside.home import resolve_recipe
-from deskside.planning import plan_recipe
-from deskside.recipe.model import Recipe
+from deskside.planner.inputs import plan_recipe
+from deskside.recipe.types import Recipe
 from deskside.runtime.native import down, up
 from deskside.tiny import write_tiny_model
 

@@ -53,8 +53,8 @@ from deskside.engine.vllm import launch_plan
 from deskside.errors import DesksideError, PlanRefused, UsageError
 from deskside.home import runs_dir
 from deskside.lock import HostDiff
-from deskside.plan import Plan
-from deskside.recipe.model import Node, Recipe, Ssh
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Node, Recipe, Ssh
 from deskside.render import Bundle, model_upload, render
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.render.context import Layout

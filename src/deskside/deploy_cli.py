@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 
 from deskside import deploy
-from deskside.plan import Plan
-from deskside.recipe.model import Recipe
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Recipe
 
 
 def _json(data: object) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from deskside.errors import UsageError
 from deskside.recipe.load import load_recipe, load_recipe_text
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 
 
 def deskside_home() -> Path:

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import dataclass
 
 from deskside.errors import DesksideError
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 from deskside.transport.base import Transport
 
 

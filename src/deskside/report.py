@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from deskside.plan import Plan
+from deskside.planner.plan import Plan
 from deskside.runtime.native import ClusterStatus
 from deskside.units import format_gib
 

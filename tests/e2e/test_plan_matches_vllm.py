@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deskside.planning import Overrides, plan_model_dir
+from deskside.planner.inputs import Overrides, plan_model_dir
 from deskside.tiny import write_tiny_model
 
 from .engine_runs import run_until

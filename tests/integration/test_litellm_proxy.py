@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from deskside.bench.synthetic import ThreadedServer, start_in_thread
-from deskside.planning import plan_recipe
+from deskside.planner.inputs import plan_recipe
 from deskside.recipe.load import load_recipe
 from deskside.render import render
 from deskside.tiny import write_tiny_model

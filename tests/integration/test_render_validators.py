@@ -23,7 +23,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 from deskside.render import render
 from deskside.render.bundle import Bundle
 

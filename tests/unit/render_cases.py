@@ -9,10 +9,10 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from deskside.plan import Plan
-from deskside.planning import plan_recipe
+from deskside.planner.inputs import plan_recipe
+from deskside.planner.plan import Plan
 from deskside.recipe.load import load_recipe
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 from deskside.render import render
 from deskside.render.bundle import Bundle
 

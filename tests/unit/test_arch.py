@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deskside.arch import read_arch
 from deskside.errors import ModelConfigError
+from deskside.planner.arch import read_arch
 
 BASE = {
     "hidden_size": 1024,
@@ -105,7 +105,7 @@ def test_missing_field_is_named() -> None:
 
 
 def test_derived_max_model_len_follows_vllm() -> None:
-    from deskside.arch import derived_max_model_len
+    from deskside.planner.arch import derived_max_model_len
 
     # linear RoPE scaling multiplies the limit; YaRN's max_position_embeddings is already
     # scaled; the smallest length key wins
@@ -127,7 +127,7 @@ def test_derived_max_model_len_follows_vllm() -> None:
 def test_over_the_model_limit_is_refused_like_vllm(tmp_path: object) -> None:
     from pathlib import Path
 
-    from deskside.planning import Overrides, plan_model_dir
+    from deskside.planner.inputs import Overrides, plan_model_dir
     from deskside.tiny import write_tiny_model
 
     model = write_tiny_model("llama", Path(str(tmp_path)) / "m")  # 32,768 positions

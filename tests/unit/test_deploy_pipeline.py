@@ -16,10 +16,10 @@ import pytest
 from deskside import deploy
 from deskside.deploy_stages import commands as cmd
 from deskside.deploy_stages.commands import NodePaths
-from deskside.plan import Plan
-from deskside.planning import plan_recipe
+from deskside.planner.inputs import plan_recipe
+from deskside.planner.plan import Plan
 from deskside.recipe.load import load_recipe
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 from deskside.render.context import Layout
 
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe

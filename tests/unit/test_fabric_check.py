@@ -16,7 +16,7 @@ import pytest
 from deskside.fabric.check import CheckOptions, check_fabric
 from deskside.fabric.sysfs import dump_command
 from deskside.recipe.load import load_recipe, load_recipe_text
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 

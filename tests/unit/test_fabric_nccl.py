@@ -17,7 +17,7 @@ from deskside.fabric.nccl import (
     node_fabric_env,
 )
 from deskside.recipe.load import load_recipe, load_recipe_text
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 
 ROOT = Path(__file__).parents[2]
 FLAGSHIP = ROOT / "recipes" / "dual-spark-deepseek-v4-flash.yaml"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deskside.errors import UsageError
-from deskside.planning import Overrides, plan_recipe
+from deskside.planner.inputs import Overrides, plan_recipe
 from deskside.recipe.load import load_recipe
 
 RECIPE = Path(__file__).parents[2] / "recipes" / "dual-spark-deepseek-v4-flash.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deskside.engine.vllm import launch_plan, model_reference
-from deskside.planning import plan_recipe
+from deskside.planner.inputs import plan_recipe
 from deskside.recipe.load import load_recipe
 
 ROOT = Path(__file__).parents[2]

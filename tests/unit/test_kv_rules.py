@@ -3,7 +3,7 @@ the comments, not by the code under test)."""
 
 from __future__ import annotations
 
-from deskside.kv import KVSpec, Limits, generic_accounting, kv_cache_groups
+from deskside.planner.kv import KVSpec, Limits, generic_accounting, kv_cache_groups
 
 GIB = 1024**3
 
@@ -77,10 +77,10 @@ def test_mixed_types_same_block_size_is_uniform_type() -> None:
 
 
 def test_pipeline_stages_follow_get_pp_indices_and_share_the_smallest_pool() -> None:
-    from deskside.arch import read_arch
-    from deskside.engine_config import EngineRequest
     from deskside.hardware import PROFILES
-    from deskside.plan import PlanInput, plan, pp_partitions
+    from deskside.planner.arch import read_arch
+    from deskside.planner.engine_config import EngineRequest
+    from deskside.planner.plan import PlanInput, plan, pp_partitions
 
     # get_pp_indices: the remainder goes to the stages before the last
     assert pp_partitions(7, 2) == [4, 3]

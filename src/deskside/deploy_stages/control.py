@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from deskside.deploy_stages import commands as cmd
 from deskside.deploy_stages.commands import NodePaths
 from deskside.errors import DesksideError
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 from deskside.render.context import Layout
 from deskside.transport.base import Result, Transport
 

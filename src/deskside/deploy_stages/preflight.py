@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from deskside.recipe.model import Node, Recipe
+from deskside.recipe.types import Node, Recipe
 
 # Reads the Python environment without importing vLLM (which takes seconds).
 PYTHON_PROBE = """

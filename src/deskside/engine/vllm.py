@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from deskside.recipe.model import Node, Recipe
+from deskside.recipe.types import Node, Recipe
 
 
 @dataclass(frozen=True)

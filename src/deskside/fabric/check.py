@@ -30,7 +30,7 @@ from deskside.fabric import probe
 from deskside.fabric.gid import NodeResolution, resolve_node
 from deskside.fabric.nccl import node_fabric_env
 from deskside.fabric.sysfs import IpLink, dump_command, parse_dump, read_snapshot
-from deskside.recipe.model import Node, Recipe
+from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Result, Transport
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True)

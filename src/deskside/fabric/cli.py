@@ -15,7 +15,7 @@ from deskside.errors import DesksideError, UsageError
 if TYPE_CHECKING:
     from deskside.fabric.check import CheckReport
     from deskside.fabric.show import PortView, RecipeView, SnapshotView
-    from deskside.recipe.model import Recipe
+    from deskside.recipe.types import Recipe
     from deskside.transport.base import Transport
 
 app = typer.Typer(

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from ipaddress import IPv4Address
 
 from deskside.fabric.gid import ipv4_mapped_gid
-from deskside.recipe.model import Node, Recipe
+from deskside.recipe.types import Node, Recipe
 
 # The function is fixed text; only the call line carries the node's values.
 GID_FUNCTION = r"""deskside_read() {

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict
 
 from deskside.errors import UsageError
-from deskside.recipe.model import Node, Recipe
+from deskside.recipe.types import Node, Recipe
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True)
 

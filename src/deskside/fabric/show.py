@@ -25,7 +25,7 @@ from deskside.fabric.sysfs import (
     parse_dump,
     read_snapshot,
 )
-from deskside.recipe.model import Node, Recipe
+from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True)

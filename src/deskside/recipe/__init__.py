@@ -13,7 +13,8 @@ from deskside.recipe.load import (
     load_recipe_text,
     resolve_path,
 )
-from deskside.recipe.model import (
+from deskside.recipe.schema import recipe_json_schema
+from deskside.recipe.types import (
     Cluster,
     Engine,
     Fabric,
@@ -28,7 +29,6 @@ from deskside.recipe.model import (
     Speculative,
     Ssh,
 )
-from deskside.recipe.schema import recipe_json_schema
 
 __all__ = [
     "Cluster",

@@ -4,7 +4,7 @@ Parsing uses ruamel.yaml's round-trip loader, which remembers the line and colum
 key and list item. The YAML tree is turned into plain data (dicts, lists, str, int, float,
 bool, None) while a table of positions is kept for every path; pydantic then validates the
 plain data, and every error it reports — type errors, unknown keys, missing keys, and the
-cross-field rules in `deskside.recipe.model` — becomes a `RecipeError` located at the key
+cross-field rules in `deskside.recipe.types` — becomes a `RecipeError` located at the key
 (or list item) to fix. Several problems are reported together: one `RecipeError` whose
 `problems` lists them all, ordered by line.
 
@@ -44,7 +44,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from deskside.errors import Location, RecipeError
-from deskside.recipe.model import Recipe, RecipeProblems, did_you_mean
+from deskside.recipe.types import Recipe, RecipeProblems, did_you_mean
 
 MAX_RECIPE_BYTES = 1024 * 1024  # a recipe is a page of text; refuse anything absurd
 MAX_VALUES = 20_000  # values after expanding YAML aliases ("billion laughs" guard)

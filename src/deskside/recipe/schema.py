@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deskside.recipe.model import Recipe
+from deskside.recipe.types import Recipe
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -26,8 +26,8 @@ from pathlib import Path
 # a module import: deskside.lock imports deskside.render.bundle, so either may load first
 from deskside import lock as lockfile
 from deskside.fabric.nccl import fabric_envs
-from deskside.plan import Plan
-from deskside.recipe.model import Recipe
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Recipe
 from deskside.render import compose, grafana, prometheus, proxy, scripts, systemd
 from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
 from deskside.render.context import (

@@ -15,7 +15,7 @@ from deskside.errors import DesksideError, PlanRefused
 
 if TYPE_CHECKING:
     from deskside.lock import HostDiff
-    from deskside.recipe.model import Recipe
+    from deskside.recipe.types import Recipe
     from deskside.render.bundle import Bundle
 
 app = typer.Typer()
@@ -41,7 +41,7 @@ def _emit(data: Any) -> None:
 
 def _render(recipe_arg: str, force: bool) -> tuple[Recipe, Path, Bundle]:
     from deskside.home import resolve_recipe
-    from deskside.planning import plan_recipe
+    from deskside.planner.inputs import plan_recipe
     from deskside.render import render as render_bundle
 
     recipe, path = resolve_recipe(recipe_arg)

@@ -24,8 +24,8 @@ from pathlib import Path, PurePosixPath
 from deskside.engine.cpu import launch_argv
 from deskside.engine.vllm import NodeLaunch, launch_plan, node_ip
 from deskside.errors import UsageError
-from deskside.plan import Plan
-from deskside.recipe.model import Node, Recipe
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Node, Recipe
 from deskside.render.bundle import CLUSTER_DIR
 
 CONTAINER_HOME_CACHE = "/root/.cache"

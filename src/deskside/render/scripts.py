@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from deskside.fabric.launch_sh import node_gid_snippet
-from deskside.recipe.model import Node, Recipe
+from deskside.recipe.types import Node, Recipe
 from deskside.render import quote
 from deskside.render.context import NodeContext, RenderContext
 from deskside.render.quote import env_file_value

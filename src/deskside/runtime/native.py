@@ -21,8 +21,8 @@ from deskside.engine.http import engine_metrics, health
 from deskside.engine.vllm import NodeLaunch, launch_plan, model_reference
 from deskside.errors import DesksideError, PlanRefused
 from deskside.home import runs_dir
-from deskside.plan import Plan
-from deskside.recipe.model import Node, Recipe
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Node, Recipe
 from deskside.runtime import procs
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower, Watched, wait_ready
 from deskside.transport.local import LocalTransport

@@ -9,8 +9,8 @@ Memory on a GPU rank (vLLM Worker.determine_available_memory):
 
 or `kv_cache_memory` exactly when given (it bypasses profiling). On CPU the KV memory is
 always explicit. The KV side (blocks, tokens, concurrency, the refusal and the estimated
-maximum length) is vLLM's own arithmetic (deskside.kv); the non-KV side on GPU is an
-estimate (deskside.overhead) whose sources the plan prints.
+maximum length) is vLLM's own arithmetic (deskside.planner.kv); the non-KV side on GPU is an
+estimate (deskside.planner.overhead) whose sources the plan prints.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deskside.arch import ModelArch
-from deskside.cache_specs import layer_specs
-from deskside.engine_config import EngineRequest, EngineSettings, resolve
 from deskside.hardware import HardwareProfile
-from deskside.kv import Accounting, KVGroup, KVSpec, Limits, generic_accounting
-from deskside.overhead import NonKVEstimate, estimate_non_kv
+from deskside.planner.arch import ModelArch
+from deskside.planner.cache_specs import layer_specs
+from deskside.planner.engine_config import EngineRequest, EngineSettings, resolve
+from deskside.planner.kv import Accounting, KVGroup, KVSpec, Limits, generic_accounting
+from deskside.planner.overhead import NonKVEstimate, estimate_non_kv
 from deskside.units import format_gib
 
 GIB = 1024**3
@@ -161,7 +161,7 @@ def _kv_bytes_per_token(groups: list[KVGroup], layers: set[str]) -> int:
 def accounting(arch: ModelArch, settings: EngineSettings, specs: dict[str, KVSpec]) -> Accounting:
     """The engine's KV accounting for this model (DeepSeek-V4 has its own layouts)."""
     if arch.family == "deepseek_v4":
-        from deskside.arch_v4 import v4_accounting
+        from deskside.planner.arch_v4 import v4_accounting
 
         return v4_accounting(specs, settings)
     return generic_accounting(specs)
@@ -170,7 +170,7 @@ def accounting(arch: ModelArch, settings: EngineSettings, specs: dict[str, KVSpe
 def draft_layers_loaded(arch: ModelArch, settings: EngineSettings) -> int:
     """Draft layers whose weights the speculative method loads."""
     if arch.family == "deepseek_v4":
-        from deskside.arch_v4 import num_draft_layers
+        from deskside.planner.arch_v4 import num_draft_layers
 
         return num_draft_layers(arch, settings)
     return settings.num_draft_layers
@@ -220,7 +220,7 @@ def _stage_weights(arch: ModelArch, inp: PlanInput, s: EngineSettings, stage: in
     drafts = draft_layers_loaded(arch, s)
     if pp == 1:
         return arch.weight_bytes_per_rank(tp, inp.weights_format, drafts)
-    from deskside.arch import weight_bytes_by_part
+    from deskside.planner.arch import weight_bytes_by_part
 
     parts = weight_bytes_by_part(arch, inp.weights_format, drafts if stage == pp - 1 else 0)
     share = pp_partitions(arch.num_hidden_layers, pp)[stage] / arch.num_hidden_layers

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from deskside.arch import ModelArch
-from deskside.engine_config import EngineSettings
+from deskside.planner.arch import ModelArch
+from deskside.planner.engine_config import EngineSettings
 
 GIB = 1024**3
 MIB = 1024**2
@@ -32,7 +32,7 @@ def estimate_non_kv(arch: ModelArch, s: EngineSettings, max_model_len: int) -> N
     if s.device == "cpu":
         return NonKVEstimate()
     if arch.family == "deepseek_v4":
-        from deskside.arch_v4 import v4_non_kv
+        from deskside.planner.arch_v4 import v4_non_kv
 
         return v4_non_kv(arch, s, max_model_len)
     return generic_non_kv(arch, s)

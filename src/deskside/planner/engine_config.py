@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deskside.arch import ModelArch
 from deskside.errors import UsageError
+from deskside.planner.arch import ModelArch
 
 GIB = 1024**3
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deskside.arch import ModelArch, read_arch
-from deskside.engine_config import EngineRequest, Speculative
 from deskside.errors import ModelConfigError, UsageError
 from deskside.hardware import PROFILES, HardwareProfile, get_profile
-from deskside.plan import Plan, PlanInput, plan
+from deskside.planner.arch import ModelArch, read_arch
+from deskside.planner.engine_config import EngineRequest, Speculative
+from deskside.planner.plan import Plan, PlanInput, plan
 
 if TYPE_CHECKING:
-    from deskside.recipe.model import Recipe
+    from deskside.recipe.types import Recipe
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ sliding-window cache. Every cache has one KV head and is replicated whole on eve
 Two engines are modelled, chosen by the recipe's vLLM version:
 - vLLM >= 0.26 (checked against 0.32.0): specs of DeepseekV4Attention / DeepseekV4SWACache /
   CompressorStateCache / DeepseekV4IndexerCache, packed groups
-  (_get_packed_kv_cache_groups), generic accounting (deskside.kv).
+  (_get_packed_kv_cache_groups), generic accounting (deskside.planner.kv).
 - the seed article's engine (vLLM 0.25.2 + the Anemll DSpark overlay): SWA and state pages
   padded up to the next MLA page size, and a "needed" memory of T x S x pages
   (_max_memory_usage_bytes_from_groups, DSv4 branch), no null-block reservation.
@@ -22,11 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from deskside.arch import AttentionLayer, ModelArch, MoEShape, ParamCounts, _common, _int
-from deskside.engine_config import EngineSettings, version_tuple
 from deskside.errors import ModelConfigError, UsageError
-from deskside.kv import Accounting, KVGroup, KVSpec, approximate_gcd, cdiv, generic_accounting
-from deskside.overhead import NonKVEstimate
+from deskside.planner.arch import AttentionLayer, ModelArch, MoEShape, ParamCounts, _common, _int
+from deskside.planner.engine_config import EngineSettings, version_tuple
+from deskside.planner.kv import (
+    Accounting,
+    KVGroup,
+    KVSpec,
+    approximate_gcd,
+    cdiv,
+    generic_accounting,
+)
+from deskside.planner.overhead import NonKVEstimate
 
 SWA_BLOCK = 64  # DeepseekV4SWACache: fixed block size
 STATE_BLOCK = {4: 4, 128: 8}  # CompressorStateCache: block (= ring) size per ratio

@@ -290,7 +290,7 @@ def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
     if family in ("deepseek_v2", "deepseek_v3", "deepseek_v32"):
         return _read_deepseek_mla(cfg, family)
     if family == "deepseek_v4":
-        from deskside.arch_v4 import read_deepseek_v4
+        from deskside.planner.arch_v4 import read_deepseek_v4
 
         return read_deepseek_v4(cfg)
     return _read_gqa(cfg, family)

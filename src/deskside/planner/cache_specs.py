@@ -3,9 +3,9 @@ register them (their `get_kv_cache_spec`). Pure."""
 
 from __future__ import annotations
 
-from deskside.arch import AttentionLayer, ModelArch
-from deskside.engine_config import DS_MLA_STATE_BYTES, EngineSettings
-from deskside.kv import KVSpec
+from deskside.planner.arch import AttentionLayer, ModelArch
+from deskside.planner.engine_config import DS_MLA_STATE_BYTES, EngineSettings
+from deskside.planner.kv import KVSpec
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
@@ -62,7 +62,7 @@ def layer_specs(arch: ModelArch, s: EngineSettings) -> dict[str, KVSpec]:
     """The KV cache spec of every cached layer on one rank, in registration order: target
     layers, then the MTP draft layers that speculative decoding uses."""
     if arch.family == "deepseek_v4":
-        from deskside.arch_v4 import v4_layer_specs
+        from deskside.planner.arch_v4 import v4_layer_specs
 
         return v4_layer_specs(arch, s)
     specs: dict[str, KVSpec] = {}

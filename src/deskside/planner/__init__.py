@@ -1,0 +1,1 @@
+"""The pure planner: vLLM's memory accounting, before anything starts."""
