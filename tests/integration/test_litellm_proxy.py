@@ -20,7 +20,7 @@ import pytest
 from deskside.bench.synthetic import ThreadedServer, start_in_thread
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.load import load_recipe
-from deskside.render import render
+from deskside.render.assemble import render
 from deskside.tiny import write_tiny_model
 
 pytestmark = pytest.mark.integration

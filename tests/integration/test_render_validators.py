@@ -24,7 +24,7 @@ from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
 from deskside.recipe.types import Recipe
-from deskside.render import render
+from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 
 from ..unit.render_cases import LOCAL_TINY, RECIPES, ROOT, hostile_bundle, load_and_plan

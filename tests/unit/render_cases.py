@@ -13,7 +13,7 @@ from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
 from deskside.recipe.load import load_recipe
 from deskside.recipe.types import Recipe
-from deskside.render import render
+from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 
 ROOT = Path(__file__).parents[2]

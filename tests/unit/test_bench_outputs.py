@@ -17,7 +17,7 @@ from deskside.bench.outputs.csv import CELL_COLUMNS, REQUEST_COLUMNS
 from deskside.bench.outputs.json import read_json
 from deskside.bench.runner import run_bench
 from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
-from deskside.cli import app
+from deskside.cli.app import app
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from deskside import deploy
-from deskside.cli import app
+from deskside.cli.app import app
 
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 

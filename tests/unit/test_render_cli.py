@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from deskside.cli import app
+from deskside.cli.app import app
 from deskside.render.bundle import read_bundle_dir
 
 from .render_cases import FLAGSHIP, LOCAL_TINY, ROOT, ensure_tiny_model

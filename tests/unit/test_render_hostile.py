@@ -23,7 +23,7 @@ from deskside.engine.vllm import launch_plan
 from deskside.fabric.gid import resolve_node
 from deskside.fabric.sysfs import DirSource, read_snapshot
 from deskside.recipe.load import load_recipe
-from deskside.render import render
+from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 from deskside.render.context import build_context
 

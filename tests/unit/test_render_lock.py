@@ -11,7 +11,7 @@ import pytest
 from deskside.errors import UsageError
 from deskside.lock import LOCK_PATH, bundle_lock, diff, parse_lock, read_lock
 from deskside.recipe.types import Recipe
-from deskside.render import model_upload, render
+from deskside.render.assemble import model_upload, render
 from deskside.render.bundle import sha256_hex
 
 from .render_cases import FLAGSHIP, LOCAL_TINY, load_and_plan

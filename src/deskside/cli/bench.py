@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from deskside.cli.common import JsonFlag, emit_json, fail
 from deskside.errors import DesksideError, UsageError
 
 app = typer.Typer(
@@ -23,8 +24,6 @@ app = typer.Typer(
     add_completion=False,
 )
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-
 
 def _ints(value: str | None, flag: str) -> list[int] | None:
     if value is None:
@@ -36,16 +35,6 @@ def _ints(value: str | None, flag: str) -> list[int] | None:
     if not out or any(v < 1 for v in out):
         raise UsageError(f"{flag} needs positive integers, not {value!r}")
     return out
-
-
-def _fail(exc: DesksideError, as_json: bool) -> None:
-    from deskside.cli import fail
-
-    fail(exc, as_json)
-
-
-def _emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
 
 
 @app.callback()
@@ -169,7 +158,7 @@ def bench(
         with _progress(err) as report:
             result = run_bench(config, progress=report)
     except DesksideError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
         return
     written = write_all(result, out) if out is not None else {}
     if as_json:
@@ -234,11 +223,11 @@ def compare_cmd(
     try:
         ra, rb = read_json(a), read_json(b)
     except DesksideError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
         return
     result = compare(ra, rb, str(a), str(b), min_change, z)
     if as_json:
-        _emit({**result.model_dump(mode="json"), "regressions": len(result.regressions)})
+        emit_json({**result.model_dump(mode="json"), "regressions": len(result.regressions)})
     else:
         table = Table(title=f"A = {a}  vs  B = {b}")
         for col in ("Prompt", "Conc.", "Metric", "A", "B", "Change", "z", "Verdict", "Note"):

@@ -5,12 +5,12 @@ name, so both are top-level commands."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out
 from deskside.errors import DesksideError, PlanRefused
 
 if TYPE_CHECKING:
@@ -20,29 +20,11 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-RecipeArg = Annotated[str, typer.Argument(help="Recipe file, or an embedded recipe's name.")]
-
-
-def _fail(error: DesksideError, as_json: bool) -> NoReturn:
-    from deskside.cli import fail
-
-    fail(error, as_json)
-
-
-def _emit(data: Any) -> None:
-    from deskside.cli import emit_json
-
-    emit_json(data)
-
 
 def _render(recipe_arg: str, force: bool) -> tuple[Recipe, Path, Bundle]:
     from deskside.home import resolve_recipe
     from deskside.planner.inputs import plan_recipe
-    from deskside.render import render as render_bundle
+    from deskside.render.assemble import render as render_bundle
 
     recipe, path = resolve_recipe(recipe_arg)
     plan = plan_recipe(recipe, path)
@@ -74,13 +56,13 @@ def render(
             proxy_master_key(loaded.name)
             key_file = secrets_dir(loaded.name) / PROXY_MASTER_KEY
     except DesksideError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     files = [
         {"path": p, "sha256": bundle.sha256(p), "mode": f"{bundle.mode(p):04o}", "bytes": len(b)}
         for p, b in bundle.items()
     ]
     if as_json:
-        _emit(
+        emit_json(
             {
                 "recipe": loaded.name,
                 "out": str(out_dir),
@@ -127,10 +109,10 @@ def diff(
         _, _, bundle = _render(recipe, force)
         result = diff_locks(old, bundle)
     except DesksideError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
     changed = any(h.changes_anything for h in result)
     if as_json:
-        _emit({"changes": changed, "hosts": [h.model_dump(mode="json") for h in result]})
+        emit_json({"changes": changed, "hosts": [h.model_dump(mode="json") for h in result]})
     else:
         _print_diff(result)
     if changed:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from deskside.cli.common import JsonFlag, emit_json, err, fail, out
 from deskside.errors import DesksideError, UsageError
 
 if TYPE_CHECKING:
@@ -24,10 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-out = Console()
-err = Console(stderr=True)
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 NetnsOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -36,18 +33,6 @@ NetnsOpt = Annotated[
         "machine (overrides the recipe's netns). Repeatable.",
     ),
 ]
-
-
-def _fail(error: DesksideError, as_json: bool) -> Any:
-    from deskside.cli import fail
-
-    return fail(error, as_json)
-
-
-def _emit(data: Any) -> None:
-    from deskside.cli import emit_json
-
-    emit_json(data)
 
 
 def _netns_map(values: list[str] | None) -> dict[str, str]:
@@ -147,7 +132,7 @@ def show(
                 loaded, node_transports(loaded, _netns_map(netns)), sysfs_root or "/sys"
             )
             if as_json:
-                _emit(view.model_dump(mode="json"))
+                emit_json(view.model_dump(mode="json"))
             else:
                 _print_recipe_view(view)
             return
@@ -172,10 +157,10 @@ def show(
             links = parse_ip_addr_json(result.stdout) if result.ok else None
         snap = show_snapshot(DirSource(Path(root)), address, interface, hca, links)
     except DesksideError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
         return
     if as_json:
-        _emit(snap.model_dump(mode="json"))
+        emit_json(snap.model_dump(mode="json"))
     else:
         _print_snapshot(snap)
 
@@ -329,10 +314,10 @@ def check(
                     loaded, transports, options, progress=lambda m: spinner.update(m)
                 )
     except DesksideError as exc:
-        _fail(exc, as_json)
+        fail(exc, as_json)
         return
     if as_json:
-        _emit(report.model_dump(mode="json"))
+        emit_json(report.model_dump(mode="json"))
     else:
         _print_check(report)
     if not report.ok:

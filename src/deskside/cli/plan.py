@@ -1,0 +1,92 @@
+"""`deskside plan`: vLLM's memory accounting for a recipe or a model folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from deskside.cli.common import JsonFlag, emit_json, fail, out, parse_option
+from deskside.errors import DesksideError, UsageError
+
+
+def plan(
+    recipe: Annotated[Path | None, typer.Argument(help="Recipe YAML to plan.")] = None,
+    model_dir: Annotated[
+        Path | None, typer.Option(help="Plan a model folder (its config.json) without a recipe.")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="gpu or cpu.")] = None,
+    hardware: Annotated[
+        str | None, typer.Option(help="Hardware profile (gb10, h100-80gb, h200-141gb, ...).")
+    ] = None,
+    kv_cache_memory: Annotated[
+        str | None, typer.Option(help="Explicit KV cache memory per rank, e.g. 1GiB.")
+    ] = None,
+    max_model_len: Annotated[str | None, typer.Option(help="Context length, or 'auto'.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallel size.")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="KV cache dtype.")] = None,
+    speculative: Annotated[
+        str | None, typer.Option(help='Speculative config JSON, e.g. {"method":"mtp",...}.')
+    ] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option()] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
+    max_num_seqs: Annotated[int | None, typer.Option()] = None,
+    block_size: Annotated[int | None, typer.Option()] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Plan memory exactly as vLLM will: KV blocks, tokens, concurrency, and refusals."""
+    from deskside.planner.inputs import Overrides, plan_model_dir, plan_recipe
+    from deskside.units import parse_bytes
+
+    try:
+        overrides = Overrides(
+            device=device,
+            hardware=hardware,
+            kv_cache_memory=parse_option(parse_bytes, kv_cache_memory, "--kv-cache-memory"),
+            max_model_len=_parse_len(max_model_len),
+            tensor_parallel_size=tp,
+            kv_cache_dtype=kv_cache_dtype,
+            speculative=parse_option(json.loads, speculative, "--speculative"),
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            block_size=block_size,
+        )
+        if device is not None and device not in ("gpu", "cpu"):
+            raise UsageError(f"--device must be gpu or cpu, not {device!r}")
+        if recipe is not None and model_dir is not None:
+            raise UsageError("give a recipe or --model-dir, not both")
+        if recipe is not None:
+            from deskside.recipe.load import load_recipe
+
+            result = plan_recipe(load_recipe(recipe), recipe, overrides)
+        elif model_dir is not None:
+            result = plan_model_dir(model_dir, overrides)
+        else:
+            raise UsageError(
+                "nothing to plan", hint="deskside plan RECIPE, or deskside plan --model-dir DIR"
+            )
+    except DesksideError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+    else:
+        from deskside.report import print_plan
+
+        print_plan(out, result)
+    if not result.fits:
+        raise typer.Exit(3)
+
+
+def _parse_len(value: str | None) -> int | str | None:
+    if value is None or value == "auto":
+        return value
+    try:
+        n = int(value.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise UsageError(f"--max-model-len must be a number or 'auto', not {value!r}") from None
+    if n < 1:
+        raise UsageError("--max-model-len must be at least 1")
+    return n

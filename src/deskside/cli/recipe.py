@@ -1,0 +1,55 @@
+"""`deskside schema`, `deskside validate` and `deskside model tiny`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from deskside.cli.common import JsonFlag, emit_json, fail, out
+from deskside.errors import DesksideError, UsageError
+
+model_app = typer.Typer(help="Model helpers (tiny local models for tests and demos).")
+
+
+def schema() -> None:
+    """Print the recipe JSON Schema (for editors)."""
+    from deskside.recipe.schema import recipe_json_schema
+
+    emit_json(recipe_json_schema())
+
+
+def validate(recipe: Path, as_json: JsonFlag = False) -> None:
+    """Load a recipe and report the first problems, located."""
+    from deskside.recipe.load import load_recipe
+
+    try:
+        loaded = load_recipe(recipe)
+    except DesksideError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json(
+            {"ok": True, "name": loaded.name, "nodes": [n.name for n in loaded.cluster.nodes]}
+        )
+    else:
+        out.print(f"[green]ok[/] {recipe}: {loaded.name}, {len(loaded.cluster.nodes)} node(s)")
+
+
+@model_app.command("tiny")
+def model_tiny(
+    arch: Annotated[str, typer.Option(help="deepseek-v3, llama, qwen3 or gemma3.")] = "deepseek-v3",
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder to write.")] = Path("tiny-model"),
+    as_json: JsonFlag = False,
+) -> None:
+    """Write a tiny model (config.json + a locally trained tokenizer) for vLLM's dummy
+    weights: no downloads."""
+    from deskside.tiny import ARCHS, write_tiny_model
+
+    if arch not in ARCHS:
+        fail(UsageError(f"unknown arch {arch!r}", hint="one of " + ", ".join(ARCHS)), as_json)
+    path = write_tiny_model(arch, out_dir)
+    if as_json:
+        emit_json({"arch": arch, "path": str(path)})
+    else:
+        out.print(f"wrote tiny {arch} model to {path}")

@@ -1,0 +1,200 @@
+"""render(recipe, recipe_path, plan) -> Bundle: every file a deployment needs, pure and
+byte-reproducible (no clock, no environment, no paths of the machine rendering it).
+
+Bundle layout:
+
+    <node>/compose.yaml               container runtime: the engine under Docker Compose
+    <node>/node.env                   the engine environment (Compose env_file)
+    <node>/launch.sh                  env, RoCE GID resolution, `exec vllm ...` (0755)
+    <node>/deskside-<recipe>.service  systemd unit (runtime.systemd)
+    cluster/litellm/config.yaml       proxy.enabled: served name + aliases -> head
+    cluster/litellm/run-proxy.sh      proxy.enabled: starts LiteLLM with the key file
+    cluster/prometheus/prometheus.yml monitoring.enabled
+    cluster/prometheus/rules/deskside.rules.yml
+    cluster/grafana/dashboards/deskside-<recipe>.json
+    cluster/deskside.lock             pins and the sha256 of every other file
+
+The node folder lands on the node as R/N/current/ (see `deskside.render.context`); the
+cluster folder on the head.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# a module import: deskside.lock imports deskside.render.bundle, so either may load first
+from deskside import lock as lockfile
+from deskside.fabric.nccl import fabric_envs
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Recipe
+from deskside.render import compose, grafana, prometheus, proxy, scripts, systemd
+from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
+from deskside.render.context import (
+    Layout,
+    RenderContext,
+    build_context,
+    local_model_folder,
+    node_model_reference,
+)
+from deskside.render.serialize import json_text
+
+
+def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
+    """Every file of the deployment, in a fixed order. Same inputs, same bytes."""
+    ctx = build_context(recipe, recipe_path, plan)
+    bundle = Bundle()
+    for n in ctx.nodes:
+        folder = n.name
+        launch = scripts.render_launch(ctx, n).encode()
+        if recipe.runtime.kind == "container":
+            bundle.add(f"{folder}/compose.yaml", compose.render_compose(ctx, n, launch))
+        bundle.add(f"{folder}/node.env", scripts.render_node_env(ctx, n))
+        bundle.add(f"{folder}/launch.sh", launch, MODE_SCRIPT)
+        if recipe.runtime.systemd:
+            bundle.add(f"{folder}/{ctx.layout.unit_name}", systemd.render_unit(ctx, n))
+    if recipe.proxy.enabled:
+        bundle.add(f"{CLUSTER_DIR}/litellm/config.yaml", proxy.render_litellm_config(ctx))
+        bundle.add(f"{CLUSTER_DIR}/litellm/run-proxy.sh", proxy.render_run_proxy(ctx), MODE_SCRIPT)
+    if recipe.monitoring.enabled:
+        bundle.add(
+            f"{CLUSTER_DIR}/prometheus/prometheus.yml", prometheus.render_prometheus_config(ctx)
+        )
+        bundle.add(
+            f"{CLUSTER_DIR}/prometheus/{prometheus.RULES_FILE}", prometheus.render_alert_rules(ctx)
+        )
+        bundle.add(
+            f"{CLUSTER_DIR}/grafana/dashboards/{grafana.dashboard_file(ctx)}",
+            json_text(grafana.dashboard_json(ctx)),
+        )
+    bundle.notes.extend(_notes(ctx))
+    bundle.add(lockfile.LOCK_PATH, build_lock(ctx, bundle).text())
+    return bundle
+
+
+def _notes(ctx: RenderContext) -> list[str]:
+    notes: list[str] = []
+    recipe = ctx.recipe
+    for fabric in fabric_envs(recipe).values():
+        notes.extend(f"{fabric.node}: {w}" for w in fabric.warnings)
+    if recipe.proxy.enabled and recipe.engine.host in ("0.0.0.0", "::", "[::]"):
+        notes.append(
+            f"engine.host is {recipe.engine.host}: the engine's API answers on every address "
+            "of the head, around the proxy and its master key; leave engine.host unset so it "
+            f"binds {recipe.head.address} only"
+        )
+    if not ctx.plan.fits:
+        notes.append("the plan does not fit: vLLM would refuse to start (see `deskside plan`)")
+    return notes
+
+
+def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
+    recipe = ctx.recipe
+    m = recipe.model
+    nodes: dict[str, lockfile.NodeLock] = {}
+    for n in ctx.nodes:
+        env = dict(n.env)
+        if n.gid_at_launch:
+            gid: str | None = lockfile.GID_AT_LAUNCH
+        else:
+            gid = env.get("NCCL_IB_GID_INDEX")
+        nodes[n.name] = lockfile.NodeLock(
+            role=n.launch.role,
+            node_rank=n.launch.node_rank,
+            address=n.node.address,
+            engine_ip=ctx.node_ip(n.node),
+            netns=n.node.netns,
+            gid_index=gid,
+            argv=[*ctx.program, *n.launch.args],
+            env=env,
+            files={p: sha256_hex(b) for p, b in bundle.items() if p.startswith(n.name + "/")},
+        )
+    cluster_files = {
+        p: sha256_hex(b)
+        for p, b in bundle.items()
+        if p.startswith(CLUSTER_DIR + "/") and p != lockfile.LOCK_PATH
+    }
+    services: dict[str, object] = {"engine_api": ctx.api_base}
+    if recipe.proxy.enabled:
+        services["proxy"] = {
+            "port": recipe.proxy.port,
+            "master_key_file": proxy.master_key_path(ctx),
+        }
+    if recipe.monitoring.enabled:
+        mon = recipe.monitoring
+        services["monitoring"] = {
+            "prometheus_port": mon.prometheus_port,
+            "grafana_port": mon.grafana_port,
+            "node_exporter_port": mon.node_exporter_port,
+            "deskside_exporter_port": prometheus.DESKSIDE_EXPORTER_PORT,
+        }
+    plan = ctx.plan
+    layout = ctx.layout
+    return lockfile.Lock(
+        lock_version=lockfile.LOCK_VERSION,
+        recipe=recipe.name,
+        recipe_file=ctx.recipe_file,
+        recipe_sha256=lockfile.recipe_sha256(portable_recipe_json(recipe, ctx.recipe_dir)),
+        deskside_version=lockfile.deskside_version(),
+        vllm_version=recipe.engine.vllm_version,
+        runtime=recipe.runtime.kind,
+        image=recipe.engine.image,
+        image_digest=lockfile.image_digest(recipe.engine.image),
+        model=lockfile.ModelLock(
+            repo=m.repo,
+            revision=m.revision,
+            path=_portable_path(m.path, ctx.recipe_dir),
+            node_reference=ctx.model,
+            served_name=m.served_name,
+            aliases=list(m.aliases),
+        ),
+        layout={
+            "release_dir": layout.release_dir,
+            "releases_dir": layout.releases_dir,
+            "models_dir": layout.models_dir,
+            "cache_dir": layout.cache_dir,
+            "hf_cache": recipe.runtime.hf_cache,
+            "systemd_unit": layout.unit_name if recipe.runtime.systemd else "",
+            "compose_project": layout.compose_project if recipe.runtime.kind == "container" else "",
+        },
+        plan={
+            "fits": plan.fits,
+            "max_model_len": plan.max_model_len,
+            "kv_cache_tokens": plan.kv_cache_tokens,
+            "kv_bytes_per_token": plan.kv_bytes_per_token,
+            "num_blocks": plan.num_blocks,
+            "block_size": plan.block_size,
+            "max_concurrency": plan.max_concurrency,
+        },
+        services=services,
+        nodes=nodes,
+        cluster_files=cluster_files,
+    )
+
+
+def _portable_path(path: str | None, recipe_dir: Path) -> str | None:
+    """A path the loader made absolute against the recipe's folder, relative again (so the
+    lock does not depend on where the recipe sits on this machine)."""
+    if path is None:
+        return None
+    try:
+        return Path(path).relative_to(recipe_dir.absolute()).as_posix()
+    except ValueError:
+        return path
+
+
+def portable_recipe_json(recipe: Recipe, recipe_dir: Path) -> str:
+    """The recipe as canonical JSON, model paths relative to the recipe's folder."""
+    data = recipe.model_dump(mode="json")
+    for key in ("path", "config"):
+        data["model"][key] = _portable_path(data["model"][key], recipe_dir)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def model_upload(recipe: Recipe, recipe_path: Path) -> tuple[Path, str] | None:
+    """For a recipe serving a model folder of this machine (`model.path` inside the
+    recipe's folder): that folder and where the deploy must put it on every node."""
+    local = local_model_folder(recipe, recipe_path)
+    if local is None:
+        return None
+    return local, node_model_reference(recipe, recipe_path, Layout.of(recipe))
