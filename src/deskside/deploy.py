@@ -55,8 +55,8 @@ from deskside.home import runs_dir
 from deskside.lock import HostDiff
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Node, Recipe, Ssh
-from deskside.render.assemble import Bundle, model_upload, render
-from deskside.render.bundle import CLUSTER_DIR
+from deskside.render.assemble import model_upload, render
+from deskside.render.bundle import CLUSTER_DIR, Bundle
 from deskside.render.context import Layout
 from deskside.render.proxy import HEAD_KEY_FILE
 from deskside.runtime.native import ClusterStatus, NodeStatus, api_url, cluster_status
