@@ -4,7 +4,7 @@ Materialise the tiny DeepSeek-V3-architecture model, plan, bring up TP=2 across 
 nodes (two network namespaces joined through a bridge when run as root with ip(8),
 loopback addresses otherwise) with MTP speculative decoding, send real chat completions
 through every served name, compare the engine's KV line with the plan, print a small
-table in the seed's format, and tear everything down."""
+table of TTFT, prefill, decode and aggregate throughput, and tear everything down."""
 
 from __future__ import annotations
 
@@ -19,10 +19,13 @@ from typing import Any
 import httpx
 
 from deskside import localnet
+from deskside.errors import DesksideError
 from deskside.home import resolve_recipe
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.types import Recipe
-from deskside.runtime.native import down, up
+from deskside.runtime.local import LocalRuntime
+from deskside.runtime.pipeline import UpOptions
+from deskside.runtime.records import find_run
 from deskside.tiny import write_tiny_model
 
 Say = Callable[[str], None]
@@ -133,31 +136,38 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
     planned = plan_recipe(recipe, path)
     say(f"plan: {planned.kv_cache_line}")
     t0 = time.monotonic()
-    state = up(recipe, path, planned, progress=say)
+    runtime = LocalRuntime()
+    report = runtime.up(recipe, path, planned, UpOptions(), progress=say)
+    if not report.ok:
+        raise DesksideError(
+            f"the demo cluster did not start ({report.failed_stage}): {report.error}",
+            hint=report.hint,
+        )
     startup = time.monotonic() - t0
+    names, url = report.served_names, report.api_url
     try:
         completions = []
-        for name in state.served_names:
+        for name in names:
             with httpx.Client() as client:
-                s = chat(client, state.api_url, name, "Say hello.", 8)
+                s = chat(client, url, name, "Say hello.", 8)
             completions.append({"model": name, "output_tokens": s.output_tokens})
             say(f"chat completion via {name!r}: {s.output_tokens} tokens")
         table = []
         for words, conc in ((64, 1), (256, 1), (64, 2)):
             say(f"measuring prompt ~{words} words x concurrency {conc}")
-            table.append(measure(state.api_url, state.served_names[0], words, conc, 32))
+            table.append(measure(url, names[0], words, conc, 32))
     finally:
         if not keep_up:
             say("tearing down")
-            down(state)
+            runtime.down(find_run(recipe.name))
     return {
         "notes": notes,
         "startup_seconds": round(startup, 1),
-        "api_url": state.api_url,
-        "planned_kv_cache_line": state.planned_kv_cache_line,
-        "logged_kv_cache_line": state.logged_kv_cache_line,
-        "kv_match": state.logged_kv_cache_line == state.planned_kv_cache_line,
+        "api_url": url,
+        "planned_kv_cache_line": report.planned_kv_cache_line,
+        "logged_kv_cache_line": report.logged_kv_cache_line,
+        "kv_match": report.logged_kv_cache_line == report.planned_kv_cache_line,
         "completions": completions,
         "table": table,
-        "namespaces": state.namespaces,
+        "stages": [{"name": st.name, "seconds": round(st.seconds, 1)} for st in report.stages],
     }

@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from deskside.planner.plan import Plan
-from deskside.runtime.native import ClusterStatus
+from deskside.runtime.pipeline import UpReport
+from deskside.runtime.status import ClusterStatus
 from deskside.units import format_gib
 
 
@@ -79,6 +80,56 @@ def print_plan(console: Console, p: Plan) -> None:
             console.print(f"  [dim]- {a}[/]", highlight=False)
 
 
+def print_transcript(console: Console, report: UpReport) -> None:
+    """A dry run's operations, in the order they would run, node by node."""
+    stage = None
+    for line in report.transcript:
+        if line["stage"] != stage:
+            stage = line["stage"]
+            console.print(f"[bold]{stage}[/]")
+        console.print(f"  [cyan]{line['node']}[/] {line['op']}", highlight=False, markup=False)
+
+
+def print_up(out: Console, err: Console, r: UpReport) -> None:
+    """The stages of an `up` (or a dry run's transcript), then the outcome."""
+    for note in r.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
+    if r.dry_run:
+        print_transcript(out, r)
+    for s in r.stages:
+        colour = {"ok": "green", "skipped": "dim", "planned": "cyan"}.get(s.status, "red")
+        mark = f"[{colour}]{s.status:<7}[/]"
+        detail = f" - {s.detail}" if s.detail else ""
+        out.print(f"  {s.name:<10} {mark} {s.seconds:6.1f} s{detail}", highlight=False)
+    if r.dry_run and r.ok:
+        out.print(f"dry run: nothing changed ({r.seconds:.1f} s)")
+        return
+    if r.ok:
+        release = f" release {r.release}" if r.release else ""
+        out.print(
+            f"[green]READY[/] {r.recipe}{release} in {r.seconds:.0f} s: {r.api_url}"
+            + (f" (proxy {r.proxy_url})" if r.proxy_url else "")
+        )
+        out.print(f"  serving: {', '.join(r.served_names)}")
+        if r.logged_kv_cache_line:
+            out.print(f"  planned: {r.planned_kv_cache_line}", highlight=False)
+            out.print(f"  engine:  {r.logged_kv_cache_line}", highlight=False)
+        return
+    err.print(f"[bold red]up failed[/] at {r.failed_stage}: {r.error}", highlight=False)
+    if r.hint:
+        err.print(f"  [dim]hint:[/] {r.hint}", highlight=False)
+    rb = r.rollback
+    if rb is not None:
+        colour = "green" if rb.ok else "red"
+        err.print(
+            f"[{colour}]rollback {'done' if rb.ok else 'FAILED'}[/] in {rb.seconds:.0f} s: "
+            f"{rb.detail}",
+            highlight=False,
+        )
+        if rb.error:
+            err.print(f"  {rb.error}", highlight=False)
+
+
 def print_status(console: Console, st: ClusterStatus) -> None:
     colour = {"READY": "green", "DEGRADED": "yellow", "STARTING": "cyan"}.get(st.cluster, "red")
     console.print(f"[bold {colour}]{st.cluster}[/] {st.recipe}: {st.api_url} (engine {st.engine})")
@@ -100,6 +151,8 @@ def print_status(console: Console, st: ClusterStatus) -> None:
             f"KV cache usage {st.kv_cache_usage:.1%}, running {st.requests_running:.0f}, "
             f"waiting {st.requests_waiting:.0f}"
         )
+    if st.release:
+        console.print(f"release {st.release}")
     for reason in st.reasons:
         console.print(f"[yellow]- {reason}[/]", highlight=False)
 

@@ -12,8 +12,10 @@ from pathlib import PurePosixPath
 
 import httpx
 
-from deskside.deploy_stages import commands as cmd
-from deskside.deploy_stages import preflight as pf
+from deskside.deploy import preflight as pf
+from deskside.deploy import releases as rel
+from deskside.layout import STATE_FILE
+from deskside.runtime import node_sh
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
@@ -77,7 +79,7 @@ class FakeHost(FakeTransport):
     @property
     def state(self) -> dict[str, object] | None:
         for path, data in self.files.items():
-            if path.endswith("/" + cmd.STATE_FILE):
+            if path.endswith("/" + STATE_FILE):
                 return json.loads(data)  # type: ignore[no-any-return]
         return None
 
@@ -131,26 +133,28 @@ class FakeHost(FakeTransport):
             script, args = a[2], a[4:]
             if script == pf.FACTS_SH:
                 return Result(0, self.facts, "")
-            if script == cmd.SWITCH_SH:
+            if script == rel.SWITCH_SH:
                 self.links[args[2]] = args[0]
                 return Result(0, "", "")
-            if script == cmd.POLL_SH:
+            if script == node_sh.POLL_SH:
                 pid, log, off = int(args[0]), args[1], int(args[2])
                 data = self.files.get(log, b"")
                 alive = int(pid in self.alive)
                 return Result(0, f"alive={alive} size={len(data)}\n" + data[off:].decode(), "")
-            if script == cmd.STOP_SESSION_SH:
+            if script == node_sh.STOP_SESSION_SH:
                 self.alive.discard(int(args[0]))
                 return Result(0, "", "")
-            if script == cmd.SESSION_STATS_SH:
+            if script == node_sh.SESSION_STATS_SH:
                 n = 3 if int(args[0]) in self.alive else 0
                 return Result(0, f"processes={n} rss_kib={n * 1000}\n", "")
-            if script == cmd.MODEL_SWAP_SH:
+            if script == rel.MODEL_SWAP_SH:
                 new, target, _old = args
                 for path in self.tree(target):
                     self.files.pop(path)
                 self._rename(new, target)
                 return Result(0, "", "")
+            if script == node_sh.PROC_START_SH:
+                return Result(0, f"start={1000 + int(args[0])}\n", "")
             return Result(0, "", "")
         if a[:2] == ["readlink", "--"]:
             target = self.links.get(a[2])

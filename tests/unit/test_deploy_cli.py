@@ -1,6 +1,7 @@
 """`deskside up/down/status/logs` route recipes with ssh: nodes to the deploy: a node
-nobody answers for fails preflight with an explanation (no traceback), `--dry-run` is
-refused for local recipes, and a recorded deploy is what down/status/logs act on."""
+nobody answers for fails preflight with an explanation (no traceback); `--dry-run` of a
+local recipe prints its per-node transcript and changes nothing; a recorded run is what
+down/status/logs act on."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import asyncssh
 import pytest
 from typer.testing import CliRunner
 
-from deskside import deploy
 from deskside.cli.app import app
+from deskside.runtime.records import RunNode, RunRecord, load_run, save_run
 
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 
@@ -66,42 +67,55 @@ def test_up_of_an_ssh_recipe_runs_the_deploy(tmp_path: Path) -> None:
     assert report["rollback"] is None
     result = runner.invoke(app, ["up", str(recipe), "--known-hosts", str(known)])
     assert result.exit_code == 1
-    assert "deploy failed at preflight" in result.output
+    assert "up failed at preflight" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "nodes").exists()
 
 
-def test_dry_run_is_for_ssh_recipes(tmp_path: Path) -> None:
+def test_dry_run_of_a_local_recipe_prints_the_transcript(tmp_path: Path, home: Path) -> None:
     text = (Path(__file__).parents[2] / "recipes" / "local-tiny.yaml").read_text()
     recipe = tmp_path / "local.yaml"
     recipe.write_text(text)
     ensure_tiny_model(tmp_path)
+    result = runner.invoke(app, ["up", str(recipe), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["dry_run"] and report["runtime"] == "local"
+    spawns = [t["node"] for t in report["transcript"] if t["op"].startswith("spawn ")]
+    assert spawns == ["node1", "node0"]
+    assert load_run("local-tiny") is None  # nothing recorded, nothing started
     result = runner.invoke(app, ["up", str(recipe), "--dry-run"])
-    assert result.exit_code == 2
-    assert "--dry-run applies to recipes with ssh: nodes" in result.output
+    assert result.exit_code == 0, result.output
+    assert "dry run: nothing changed" in result.output
+    assert "deskside.engine.cpu serve" in result.output
 
 
 def test_down_status_logs_find_the_recorded_deploy(tmp_path: Path, home: Path) -> None:
-    run = deploy.RemoteRun(
+    run = RunRecord(
         recipe=str(tmp_path / "r.yaml"),
         recipe_name="ssh-tiny",
-        recipe_dir=str(tmp_path / "nodes" / "ssh-tiny"),
-        runtime="native",
-        systemd=False,
+        runtime="ssh",
+        control="process",
+        runtime_kind="native",
         unit="deskside-ssh-tiny.service",
         compose_project="deskside-ssh-tiny",
         api_url="http://127.0.0.1:9",
         proxy_url=None,
         served_names=["tiny"],
-        known_hosts=None,
-        release=None,
-        deployed_at="2026-01-01T00:00:00+00:00",
+        started_at="2026-01-01T00:00:00+00:00",
         nodes=[
-            deploy.RunNode(name="node0", role="head", node_rank=0, address="127.0.0.1", ssh=None)
+            RunNode(
+                name="node0",
+                role="head",
+                node_rank=0,
+                address="127.0.0.1",
+                ssh=None,
+                recipe_dir=str(tmp_path / "nodes" / "ssh-tiny"),
+            )
         ],
     )
-    deploy.save_run(run)
-    assert deploy.find_remote_run(None) == run
+    save_run(run)
+    assert load_run("ssh-tiny") == run
     # node0 is this machine here (no ssh): nothing runs, so status says DOWN
     result = runner.invoke(app, ["status", "--json"])
     assert result.exit_code == 1, result.output
@@ -115,4 +129,4 @@ def test_down_status_logs_find_the_recorded_deploy(tmp_path: Path, home: Path) -
     result = runner.invoke(app, ["down", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stopped"]
-    assert deploy.find_remote_run(None) is None
+    assert load_run("ssh-tiny") is None

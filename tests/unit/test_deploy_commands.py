@@ -1,7 +1,8 @@
-"""The deploy's node-side commands run for real on this machine (LocalTransport): session
-stop with SIGKILL escalation, liveness + log polling, session stats, the atomic `current`
-switch, the preflight probe; and the pure parts: fact parsing, checks, pruning, and the SSH
-transport's command lines (run by sh to prove the quoting)."""
+"""The node-side commands run for real on this machine (LocalTransport): session stop with
+SIGKILL escalation, liveness + log polling, session stats, process identity (pid + start
+time: a reused pid is never signalled), the atomic `current` switch, the preflight probe;
+and the pure parts: fact parsing, checks, pruning, and the SSH transport's command lines
+(run by sh to prove the quoting)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,26 @@ from pathlib import Path
 
 import pytest
 
-from deskside.deploy_stages import commands as cmd
-from deskside.deploy_stages import preflight as pf
+from deskside.deploy import preflight as pf
+from deskside.deploy import releases as rel
+from deskside.layout import NodeLayout
 from deskside.recipe.load import load_recipe_text
-from deskside.runtime import procs
+from deskside.runtime import node_sh
 from deskside.transport.local import LocalTransport
 from deskside.transport.ssh import shell_command, spawn_command
 
+from .. import procs
 from ..deploy_cases import ssh_recipe_data
 
 LOCAL = LocalTransport()
+
+
+def _poll(pid: int, log: str, offset: int, start: int | None = None) -> tuple[bool, int, bytes]:
+    return node_sh.parse_poll(LOCAL.run(node_sh.poll_process(pid, log, offset, start)).stdout)
+
+
+def _stats(pid: int, start: int | None = None) -> tuple[int, int]:
+    return node_sh.parse_session_stats(LOCAL.run(node_sh.session_stats(pid, start)).stdout)
 
 
 def _spawn(tmp: Path, script: str) -> tuple[int, Path]:
@@ -38,12 +49,12 @@ def test_stop_session_escalates_to_sigkill(tmp_path: Path) -> None:
     time.sleep(0.3)
     assert len(procs.session_members(pid)) >= 2
     t0 = time.monotonic()
-    r = LOCAL.run(cmd.stop_session(pid, grace=1))
+    r = LOCAL.run(node_sh.stop_session(pid, grace=1))
     procs.reap(pid)
     assert r.ok, r.stderr
     assert not procs.session_members(pid)
     assert 0.9 < time.monotonic() - t0 < 15
-    assert LOCAL.run(cmd.stop_session(pid, grace=1)).ok  # nothing left: still fine
+    assert LOCAL.run(node_sh.stop_session(pid, grace=1)).ok  # nothing left: still fine
 
 
 def test_poll_reports_liveness_and_new_log_bytes(tmp_path: Path) -> None:
@@ -51,48 +62,98 @@ def test_poll_reports_liveness_and_new_log_bytes(tmp_path: Path) -> None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and log.read_bytes().count(b"\n") < 2:
         time.sleep(0.05)
-    alive, size, chunk = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 0)).stdout)
+    alive, size, chunk = node_sh.parse_poll(
+        LOCAL.run(node_sh.poll_process(pid, str(log), 0)).stdout
+    )
     assert alive and size == 8 and chunk == b"one\ntwo\n"
-    alive, size, chunk = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 4)).stdout)
+    alive, size, chunk = node_sh.parse_poll(
+        LOCAL.run(node_sh.poll_process(pid, str(log), 4)).stdout
+    )
     assert alive and size == 8 and chunk == b"two\n"
-    alive, size, chunk = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 8)).stdout)
+    alive, size, chunk = node_sh.parse_poll(
+        LOCAL.run(node_sh.poll_process(pid, str(log), 8)).stdout
+    )
     assert alive and size == 8 and chunk == b""
-    processes, rss = cmd.parse_session_stats(LOCAL.run(cmd.session_stats(pid)).stdout)
+    processes, rss = _stats(pid)
     assert processes == 1 and rss > 0
     assert procs.stop_session(pid, grace=2)
-    alive, _, _ = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(log), 8)).stdout)
+    alive, _, _ = _poll(pid, str(log), 8)
     assert not alive
-    missing = cmd.parse_poll(LOCAL.run(cmd.poll_process(pid, str(tmp_path / "none"), 0)).stdout)
+    missing = node_sh.parse_poll(
+        LOCAL.run(node_sh.poll_process(pid, str(tmp_path / "none"), 0)).stdout
+    )
     assert missing == (False, 0, b"")
+
+
+def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
+    """The recorded start time is the process's identity: with another start time, the
+    pid is someone else's (pid reuse) and is reported gone, never stopped."""
+    pid, log = _spawn(tmp_path, "sleep 60 & exec sleep 60")
+    time.sleep(0.2)
+    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    assert start is not None and start > 0
+    other = start + 1
+    poll = node_sh.poll_process(pid, str(log), 0, other)
+    assert node_sh.parse_poll(LOCAL.run(poll).stdout)[0] is False
+    assert _stats(pid, other) == (
+        0,
+        0,
+    )
+    r = LOCAL.run(node_sh.stop_session(pid, 1, other))
+    assert r.ok and "left alone" in r.stderr
+    assert len(procs.session_members(pid)) == 2  # untouched
+    assert _poll(pid, str(log), 0, start)[0]
+    assert LOCAL.run(node_sh.stop_session(pid, 1, start)).ok
+    procs.reap(pid)
+    assert not procs.session_members(pid)
+
+
+def test_command_names_with_spaces_and_parentheses(tmp_path: Path) -> None:
+    """/proc/PID/stat is split after the last ") ": a command named like "a (b) c" still
+    parses (state, session, start time)."""
+    script = tmp_path / "a (b) c"
+    script.write_text("#!/bin/sh\nexec sleep 60\n")
+    script.chmod(0o755)
+    pid = LOCAL.spawn([str(script)], log_path=str(tmp_path / "log"))
+    time.sleep(0.2)
+    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    assert start is not None
+    stats = _stats(pid, start)
+    assert stats[0] == 1 and stats[1] > 0
+    assert LOCAL.run(node_sh.stop_session(pid, 1, start)).ok
+    procs.reap(pid)
+    assert not procs.session_members(pid)
 
 
 def test_a_process_that_is_not_a_session_leader_is_not_alive() -> None:
     # pid reuse: a live process that does not lead its own session is not our engine
-    alive, _, _ = cmd.parse_poll(LOCAL.run(cmd.poll_process(os.getpid(), "/dev/null", 0)).stdout)
+    alive, _, _ = node_sh.parse_poll(
+        LOCAL.run(node_sh.poll_process(os.getpid(), "/dev/null", 0)).stdout
+    )
     assert alive == (os.getsid(0) == os.getpid())
 
 
 def test_switch_current_is_a_relative_link_replaced_by_rename(tmp_path: Path) -> None:
-    paths = cmd.NodePaths(str(tmp_path / "r" / "n"))
+    paths = NodeLayout.at(str(tmp_path / "r" / "n"), "n")
     for rid in ("20260101T000000Z-aaaaaaaa", "20260102T000000Z-bbbbbbbb"):
         (tmp_path / "r" / "n" / "releases" / rid).mkdir(parents=True)
         (tmp_path / "r" / "n" / "releases" / rid / "id").write_text(rid)
     first, second = sorted(os.listdir(paths.releases))
-    assert LOCAL.run(cmd.switch_current(paths, first)).ok
+    assert LOCAL.run(rel.switch_current(paths, first)).ok
     assert os.readlink(paths.current) == f"releases/{first}"
-    assert LOCAL.run(cmd.switch_current(paths, second)).ok
+    assert LOCAL.run(rel.switch_current(paths, second)).ok
     assert Path(paths.current, "id").read_text() == second
-    assert cmd.parse_current(LOCAL.run(cmd.read_current(paths)).stdout) == second
+    assert rel.parse_current(LOCAL.run(rel.read_current(paths)).stdout) == second
     assert sorted(os.listdir(paths.recipe_dir)) == ["current", "releases"]  # no temp link
-    assert LOCAL.run(cmd.remove_current(paths)).ok and not os.path.lexists(paths.current)
-    assert cmd.parse_current("") is None and cmd.parse_current("elsewhere/x") is None
+    assert LOCAL.run(rel.remove_current(paths)).ok and not os.path.lexists(paths.current)
+    assert rel.parse_current("") is None and rel.parse_current("elsewhere/x") is None
 
 
 def test_releases_to_prune_keeps_the_newest_and_the_protected() -> None:
     ids = [f"2026010{d}T000000Z-0000000{d}" for d in range(1, 8)]
     listing = "\n".join([*ids, ".partial-x", "junk"])
-    assert cmd.releases_to_prune(listing, 3, {ids[0]}) == ids[1:4]
-    assert cmd.releases_to_prune(listing, 10, set()) == []
+    assert rel.releases_to_prune(listing, 3, {ids[0]}) == ids[1:4]
+    assert rel.releases_to_prune(listing, 10, set()) == []
 
 
 def test_facts_probe_runs_here(tmp_path: Path) -> None:
@@ -152,6 +213,7 @@ def test_checks_name_what_is_wrong_and_how_to_fix_it() -> None:
         recipe_dir="/opt/deskside/ssh-tiny",
         own_engine_running=False,
         need_bytes=0,
+        head_ports=pf.head_ports(recipe, (8888, 25000)),
     )
     assert found.problems == []  # native, no systemd: a plain user will do
     assert found.notes == ["node0: vLLM 0.31.1 installed, the recipe pins 0.32.0"]
@@ -166,6 +228,7 @@ def test_checks_name_what_is_wrong_and_how_to_fix_it() -> None:
         recipe_dir="/opt/deskside/ssh-tiny",
         own_engine_running=False,
         need_bytes=10 * 1024**2,
+        head_ports=pf.head_ports(recipe, (8888, 25000)),
     )
     messages = [p.message for p in found.problems]
     assert any("not root and has no passwordless sudo" in m for m in messages)
@@ -225,6 +288,7 @@ def test_proxy_key_file_checks(mode: str) -> None:
         recipe_dir="/opt/deskside/ssh-tiny",
         own_engine_running=False,
         need_bytes=0,
+        head_ports=pf.head_ports(recipe, (8888, 25000)),
     )
     messages = " ".join(p.message for p in found.problems)
     if mode == "600":

@@ -13,14 +13,18 @@ from typing import Any
 
 import pytest
 
-from deskside import deploy
-from deskside.deploy_stages import commands as cmd
-from deskside.deploy_stages.commands import NodePaths
+from deskside.deploy import releases as rel
+from deskside.deploy.runtime import STAGES, deploy
+from deskside.errors import DesksideError
+from deskside.layout import MANIFEST_FILE, NodeLayout
 from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
 from deskside.recipe.load import load_recipe
 from deskside.recipe.types import Recipe
-from deskside.render.context import Layout
+from deskside.runtime import node_sh
+from deskside.runtime.pipeline import UpOptions, UpReport
+from deskside.runtime.records import load_run, run_file
+from deskside.runtime.status import down, log_tail, open_logs, status
 
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from .fake_hosts import BAD_FLAG, GOOD_FACTS, FakeApi, FakeHost, Journal
@@ -54,7 +58,7 @@ class Cluster:
         self.head = FakeHost("node0", self.journal, self.kv_line)
         self.worker = FakeHost("node1", self.journal, self.kv_line)
         self.api = FakeApi(self.head, list(recipe.model.all_names))
-        self.paths = NodePaths.of(Layout.of(recipe))
+        self.paths = NodeLayout.of(recipe)
 
     def recipe(self, **changes: Any) -> tuple[Recipe, Path, Plan]:
         data = json.loads(json.dumps(self.base))
@@ -68,16 +72,16 @@ class Cluster:
         recipe = load_recipe(path)
         return recipe, path, plan_recipe(recipe, path)
 
-    def deploy(self, dry_run: bool = False, **changes: Any) -> deploy.DeployReport:
+    def deploy(self, dry_run: bool = False, **changes: Any) -> UpReport:
         recipe, path, plan = self.recipe(**changes)
-        options = deploy.DeployOptions(
+        options = UpOptions(
             dry_run=dry_run,
             timeout=5,
             grace=1,
             poll_interval=0.01,
             http_transport=self.api.transport(),
         )
-        return deploy.deploy(
+        return deploy(
             recipe,
             path,
             plan,
@@ -98,7 +102,7 @@ def test_first_deploy_runs_every_stage_and_starts_workers_first(tmp_path: Path) 
     c = Cluster(tmp_path)
     report = c.deploy()
     assert report.ok, (report.error, report.hint)
-    assert [s.name for s in report.stages] == list(deploy.STAGES)
+    assert [s.name for s in report.stages] == list(STAGES)
     assert all(s.status == "ok" for s in report.stages)
     assert report.previous == {"node0": None, "node1": None}
     assert report.logged_kv_cache_line == report.planned_kv_cache_line
@@ -107,7 +111,7 @@ def test_first_deploy_runs_every_stage_and_starts_workers_first(tmp_path: Path) 
     assert len(worker_start) == len(head_start) == 1
     assert worker_start[0] < head_start[0]
     rid = report.release
-    assert rid is not None and cmd.RELEASE_RE.fullmatch(rid)
+    assert rid is not None and rel.RELEASE_RE.fullmatch(rid)
     for host, role in ((c.head, "head"), (c.worker, "worker")):
         assert host.links[c.paths.current] == f"releases/{rid}"
         state = host.state
@@ -121,9 +125,9 @@ def test_first_deploy_runs_every_stage_and_starts_workers_first(tmp_path: Path) 
     models = f"{ROOT_DIR}/ssh-tiny/models/tiny-deepseek-v3"
     for host in c.hosts:
         assert f"{models}/config.json" in host.files
-        assert f"{models}/{cmd.MANIFEST_FILE}" in host.files
+        assert f"{models}/{MANIFEST_FILE}" in host.files
     # this machine remembers the run for down/status/logs
-    run = deploy.find_remote_run("ssh-tiny")
+    run = load_run("ssh-tiny")
     assert run is not None and run.release == rid and run.ready_at is not None
 
 
@@ -143,9 +147,9 @@ def test_push_stages_then_commits_then_switches_every_node(tmp_path: Path) -> No
         puts = [c.journal.entries[i][2][0] for i in release_puts]
         assert puts and all(p.startswith(staging + "/") for p in puts)
         (commit,) = c.journal.index(
-            host.label, "run", lambda a: a == tuple(cmd.commit_release(c.paths, rid))
+            host.label, "run", lambda a: a == tuple(rel.commit_release(c.paths, rid))
         )
-        (switch,) = c.journal.index(host.label, "run", _is(cmd.SWITCH_SH))
+        (switch,) = c.journal.index(host.label, "run", _is(rel.SWITCH_SH))
         assert max(release_puts) < commit < switch
         commits.append(commit)
         switches.append(switch)
@@ -162,24 +166,55 @@ def test_push_stages_then_commits_then_switches_every_node(tmp_path: Path) -> No
     assert c.head.modes[f"{c.paths.release(rid)}/launch.sh"] == 0o755
 
 
-def test_dry_run_stops_after_diff_and_changes_nothing(tmp_path: Path) -> None:
+def test_dry_run_lists_every_operation_and_changes_nothing(tmp_path: Path) -> None:
     c = Cluster(tmp_path)
     first = c.deploy()
     before = {h.label: (dict(h.files), dict(h.links), set(h.alive)) for h in c.hosts}
     mark = len(c.journal.entries)
     report = c.deploy(dry_run=True, engine__max_num_seqs=5)
     assert report.ok and report.dry_run
-    assert [s.name for s in report.stages] == ["preflight", "render", "diff"]
+    assert [s.name for s in report.stages] == list(STAGES)
+    status = {s.name: s.status for s in report.stages}
+    assert status == {
+        "preflight": "ok",
+        "render": "ok",
+        "diff": "ok",
+        "push": "planned",
+        "start": "planned",
+        "ready": "planned",
+        "contract": "planned",
+    }
     for h in c.hosts:
         assert (dict(h.files), dict(h.links), set(h.alive)) == before[h.label]
     changed = [e for e in c.journal.entries[mark:] if e[1] != "run"]
     assert changed == []  # no put, no spawn
+    ran = [e[2] for e in c.journal.entries[mark:]]
+    assert not [a for a in ran if _is(node_sh.STOP_SESSION_SH)(a) or _is(rel.SWITCH_SH)(a)]
     diffs = {d.host: d for d in report.diffs}
     assert diffs["node0"].restart_engine and "engine arguments changed" in diffs["node0"].values
     assert report.release is None and report.previous == {
         "node0": first.release,
         "node1": first.release,
     }
+    # the transcript: what the deploy would do, node by node, in order
+    lines = [(t["stage"], t["node"], t["op"]) for t in report.transcript]
+    pushes = [op for stage, node, op in lines if stage == "push" and op.startswith("put ")]
+    assert any("/launch.sh (mode 0755" in op for op in pushes)
+    stops = [
+        i
+        for i, (st, _, op) in enumerate(lines)
+        if st == "start" and "STOP" not in op and op.startswith("run sh -c") and "kill" in op
+    ]
+    spawns = [(i, node) for i, (st, node, op) in enumerate(lines) if op.startswith("spawn ")]
+    assert [node for _, node in spawns] == ["node1", "node0"]  # workers first
+    assert [lines[i][1] for i in stops] == ["node0", "node1"]  # the old engines, head first
+    assert max(stops) < min(i for i, _ in spawns)
+    switches = [node for st, node, op in lines if st == "push" and rel.SWITCH_SH in op]
+    assert switches == ["node0", "node1"]
+    assert [(t["stage"], t["node"]) for t in report.transcript if t["op"].startswith("check ")] == [
+        ("ready", "node0"),
+        ("contract", "node0"),
+    ]
 
 
 def test_broken_release_rolls_back_to_the_previous_one(tmp_path: Path) -> None:
@@ -206,14 +241,14 @@ def test_broken_release_rolls_back_to_the_previous_one(tmp_path: Path) -> None:
             if h == host and k == kind and (pred is None or pred(a))
         ]
 
-    stops = {h: where(h, "run", _is(cmd.STOP_SESSION_SH)) for h in ("node0", "node1")}
+    stops = {h: where(h, "run", _is(node_sh.STOP_SESSION_SH)) for h in ("node0", "node1")}
     # the good engines stopped before the new release started (head first) ...
     first_stop = {h: entries[stops[h][0]][2][4] for h in stops}
     assert first_stop == {h: str(p) for h, p in good_pids.items()}
     assert stops["node0"][0] < stops["node1"][0]
     # ... then the new release started and died; rollback stopped it, switched back, and
     # started the good release again, workers first
-    switches = {h: where(h, "run", _is(cmd.SWITCH_SH)) for h in stops}
+    switches = {h: where(h, "run", _is(rel.SWITCH_SH)) for h in stops}
     assert [entries[i][2][4] for i in switches["node0"]] == [
         f"releases/{bad.release}",
         f"releases/{good.release}",
@@ -229,7 +264,7 @@ def test_broken_release_rolls_back_to_the_previous_one(tmp_path: Path) -> None:
         assert host.links[c.paths.current] == f"releases/{good.release}"
         assert host.state is not None and host.state["release"] == good.release
         assert host.tree(c.paths.release(bad.release or ""))  # kept for inspection
-    run = deploy.find_remote_run("ssh-tiny")
+    run = load_run("ssh-tiny")
     assert run is not None and run.release == good.release and run.ready_at
 
 
@@ -250,8 +285,8 @@ def test_unreachable_node_during_rollback_is_reported(tmp_path: Path) -> None:
     answer = c.worker.default
 
     def lost(argv: Any) -> Any:
-        if tuple(argv[:3]) == ("sh", "-c", cmd.STOP_SESSION_SH):
-            raise deploy.DesksideError("root@10.90.0.2: unreachable (connection lost)")
+        if tuple(argv[:3]) == ("sh", "-c", node_sh.STOP_SESSION_SH):
+            raise DesksideError("root@10.90.0.2: unreachable (connection lost)")
         return answer(argv)
 
     c.worker.default = lost
@@ -286,7 +321,7 @@ def test_unchanged_redeploy_leaves_the_engines_alone(tmp_path: Path) -> None:
     assert status["ready"] == status["contract"] == "ok"
     assert again.release == first.release
     assert not [e for e in c.journal.entries[mark:] if e[1] in ("put", "spawn")]
-    assert not [e for e in c.journal.entries[mark:] if _is(cmd.STOP_SESSION_SH)(e[2])]
+    assert not [e for e in c.journal.entries[mark:] if _is(node_sh.STOP_SESSION_SH)(e[2])]
 
 
 def test_changed_model_folder_is_pushed_again(tmp_path: Path) -> None:
@@ -325,7 +360,7 @@ def test_unreachable_node_fails_preflight(tmp_path: Path) -> None:
     c = Cluster(tmp_path)
 
     def refuse(argv: Any) -> Any:
-        raise deploy.DesksideError("root@10.90.0.2: unreachable (timed out)", hint="check sshd")
+        raise DesksideError("root@10.90.0.2: unreachable (timed out)", hint="check sshd")
 
     c.worker.default = refuse
     report = c.deploy()
@@ -349,7 +384,7 @@ def test_proxy_key_is_pushed_0600_and_never_shown(tmp_path: Path, home: Path) ->
     assert key not in json.dumps(report.to_dict(), default=str)
     rid = report.release or ""
     assert key not in c.head.files[f"{c.paths.release(rid)}/cluster/deskside.lock"].decode()
-    assert key not in deploy.run_file("ssh-tiny").read_text()
+    assert key not in run_file("ssh-tiny").read_text()
     # the proxy started after the head engine; the contract went through it, with the key
     spawns = [c.journal.entries[i][2][-1] for i in c.journal.index("node0", "spawn")]
     assert spawns[0].endswith("/launch.sh") and spawns[1].endswith("/litellm/run-proxy.sh")
@@ -362,7 +397,7 @@ def test_proxy_key_is_pushed_0600_and_never_shown(tmp_path: Path, home: Path) ->
     ]
 
 
-def _container(c: Cluster, **more: Any) -> deploy.DeployReport:
+def _container(c: Cluster, **more: Any) -> UpReport:
     return c.deploy(
         engine__image=DIGEST_IMAGE,
         runtime__kind="container",
@@ -445,25 +480,25 @@ def test_container_preflight_needs_docker(tmp_path: Path) -> None:
 def test_down_status_logs_of_a_deployed_run(tmp_path: Path) -> None:
     c = Cluster(tmp_path)
     report = c.deploy()
-    run = deploy.find_remote_run(None)
+    run = load_run("ssh-tiny")
     assert run is not None and run.recipe_name == "ssh-tiny"
     transports = {"node0": c.head, "node1": c.worker}
-    st = deploy.status(run, transports, http_transport=c.api.transport())
+    st = status(run, transports, http_transport=c.api.transport())
     assert st.cluster == "READY"
     assert [(n.name, n.state, n.processes) for n in st.nodes] == [
         ("node0", "running", 3),
         ("node1", "running", 3),
     ]
-    logs = deploy.open_logs(run, None, transports)
+    logs = open_logs(run, None, transports)
     assert [log.node for log in logs] == ["node0", "node1"]
-    assert "KV cache size" in deploy.log_tail(logs[0], 10)
+    assert "KV cache size" in log_tail(logs[0], 10)
     worker_pid = c.worker.state["pid"]  # type: ignore[index]
     c.worker.alive.discard(worker_pid)
-    st = deploy.status(run, transports, http_transport=c.api.transport())
+    st = status(run, transports, http_transport=c.api.transport())
     assert st.cluster == "DEGRADED"
     assert any("node1 (worker): engine of release" in r for r in st.reasons)
-    assert deploy.down(run, transports=transports) == []
+    assert down(run, transports=transports) == []
     assert c.head.state is None and c.worker.state is None
     assert not c.head.alive
-    assert deploy.find_remote_run(None) is None
+    assert load_run("ssh-tiny") is None
     assert report.ok

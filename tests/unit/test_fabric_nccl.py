@@ -1,5 +1,5 @@
 """NCCL/Gloo environment per node for roce, socket and loopback, and how it reaches the
-engine's launch (engine.vllm.launch_plan)."""
+engine's launch (engine.launch.launches)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from deskside.engine.vllm import launch_plan
+from deskside.engine.launch import Site, launches
 from deskside.errors import UsageError
 from deskside.fabric.nccl import (
     GID_INDEX_VAR,
     fabric_envs,
-    launch_fabric_env,
     nccl_hca_value,
     node_fabric_env,
 )
+from deskside.planner.inputs import plan_recipe
 from deskside.recipe.load import load_recipe, load_recipe_text
 from deskside.recipe.types import Recipe
 
@@ -68,10 +68,12 @@ def test_index_0_is_allowed_when_resolved_and_bad_values_are_refused() -> None:
 
 
 def test_per_node_indexes_reach_the_launch_plan() -> None:
-    """The seed's head 7 / worker 3, through engine.vllm.node_env."""
+    """The seed's head 7 / worker 3, through engine.launch.launches."""
     recipe = flagship()
-    launches = launch_plan(recipe, "m", fabric_env=launch_fabric_env(recipe, {"ai1": 7, "ai2": 3}))
-    env = {launch.node: dict(launch.env) for launch in launches}
+    site = Site.deployed(recipe, FLAGSHIP)
+    found = launches(recipe, plan_recipe(recipe, FLAGSHIP), site, {"ai1": 7, "ai2": 3})
+    env = {launch.node: dict(launch.env) for launch in found}
+    assert not any(launch.gid_at_launch for launch in found)
     assert env["ai1"][GID_INDEX_VAR] == "7" and env["ai2"][GID_INDEX_VAR] == "3"
     assert env["ai1"]["NCCL_NET"] == "IB" and env["ai2"]["NCCL_IB_HCA"] == "=rocep1s0f0"
     assert env["ai1"]["VLLM_HOST_IP"] == "192.168.100.1"

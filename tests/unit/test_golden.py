@@ -1,49 +1,57 @@
-"""Golden files: every shipped recipe's plan and per-node launch (argv + env) are
-committed under tests/golden/<recipe>/; this test re-renders and compares them.
-`pytest --update-golden` rewrites them after an intended change (review the diff)."""
+"""Golden files: every shipped recipe's plan and per-node launch (program, argv, env,
+probe address, ports) are committed under tests/golden/<recipe>/; this test derives them
+again and compares. The rendered launch.sh and node.env of every node are checked against
+the same launch golden. `pytest --update-golden` rewrites the goldens after an intended
+change (review the diff)."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from deskside.engine.vllm import launch_plan, model_reference
+from deskside.engine.launch import Site, launches
 from deskside.planner.inputs import plan_recipe
-from deskside.recipe.load import load_recipe
+from deskside.render.assemble import render
 
-ROOT = Path(__file__).parents[2]
+from .render_cases import RECIPES, ROOT, load_and_plan
+
 GOLDEN = ROOT / "tests" / "golden"
-RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 
 
 def normalise(text: str) -> str:
     return text.replace(str(ROOT), "<repo>")
 
 
-def rendered(recipe_path: Path) -> dict[str, str]:
-    recipe = load_recipe(recipe_path)
-    model = model_reference(recipe, recipe_path)
-    launches = [
+def launch_records(recipe_path: Path) -> list[dict[str, Any]]:
+    recipe, plan = load_and_plan(recipe_path)
+    return [
         {
             "node": la.node,
             "node_rank": la.node_rank,
             "role": la.role,
+            "program": list(la.program),
             "args": list(la.args),
             "env": la.env_dict,
+            "workdir": la.workdir,
+            "probe_url": la.probe_url,
+            "ports": list(la.ports),
+            "gid_at_launch": la.gid_at_launch,
             "command": la.shell_command(),
         }
-        for la in launch_plan(recipe, model)
+        for la in launches(recipe, plan, Site.deployed(recipe, recipe_path))
     ]
-    out = {"launch.json": json.dumps(launches, indent=2) + "\n"}
-    config = recipe_path.parent / "models" / "tiny-deepseek-v3"
-    if recipe.model.path and not (config / "config.json").exists():
-        from deskside.tiny import write_tiny_model
 
-        write_tiny_model("deepseek-v3", config)
-    plan = plan_recipe(recipe, recipe_path)
-    out["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+
+def rendered(recipe_path: Path) -> dict[str, str]:
+    _, plan = load_and_plan(recipe_path)
+    out = {
+        "launch.json": json.dumps(launch_records(recipe_path), indent=2) + "\n",
+        "plan.json": json.dumps(plan.model_dump(mode="json"), indent=2) + "\n",
+    }
     return {name: normalise(text) for name, text in out.items()}
 
 
@@ -58,3 +66,55 @@ def test_golden(recipe_path: Path, update_golden: bool) -> None:
     for name, text in files.items():
         expected = (folder / name).read_text()
         assert text == expected, f"{folder / name} differs; rerun with --update-golden if intended"
+
+
+def launch_sh_words(script: str) -> tuple[dict[str, str], list[str]]:
+    """The exported environment and the exec'd command of a rendered launch.sh, read the
+    way sh reads them (the GID resolution block is skipped: it exports one variable)."""
+    env: dict[str, str] = {}
+    lines = script.splitlines()
+    for line in lines:
+        if line.startswith("export ") and "=" in line:
+            name, _, value = line.removeprefix("export ").partition("=")
+            words = shlex.split(value)
+            env[name] = words[0] if words else ""
+    start = next(i for i, line in enumerate(lines) if line.startswith("exec "))
+    command = " ".join(line.rstrip("\\") for line in lines[start:])
+    return env, shlex.split(command)[1:]
+
+
+@pytest.mark.parametrize("recipe_path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_rendered_launch_is_the_golden_launch(recipe_path: Path) -> None:
+    recipe, plan = load_and_plan(recipe_path)
+    bundle = render(recipe, recipe_path, plan)
+    golden = json.loads((GOLDEN / recipe_path.stem / "launch.json").read_text())
+    assert {g["node"] for g in golden} == {n.name for n in recipe.cluster.nodes}
+    for g in golden:
+        env, argv = launch_sh_words(bundle[f"{g['node']}/launch.sh"].decode())
+        assert argv == [*g["program"], *g["args"]], g["node"]
+        assert env == g["env"], g["node"]
+        if recipe.runtime.kind == "container":
+            # Compose reads node.env: the same values (GID resolved by launch.sh only)
+            names = set()
+            for line in bundle[f"{g['node']}/node.env"].decode().splitlines():
+                if "=" in line and not line.startswith("#"):
+                    names.add(line.split("=", 1)[0])
+                elif line.startswith("# ") and ": set by launch.sh only" in line:
+                    names.add(line[2:].split(":", 1)[0])
+            assert names == set(g["env"]), g["node"]
+
+
+@pytest.mark.parametrize("recipe_path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_launch_pins_the_planned_length(recipe_path: Path) -> None:
+    """The argv carries the plan's max_model_len; with `auto`, the planned number."""
+    recipe, plan = load_and_plan(recipe_path)
+    auto = recipe.model_copy(
+        update={"engine": recipe.engine.model_copy(update={"max_model_len": "auto"})}
+    )
+    for r in (recipe, auto):
+        p = plan_recipe(r, recipe_path)
+        for la in launches(r, p, Site.deployed(r, recipe_path)):
+            i = la.args.index("--max-model-len")
+            assert la.args[i + 1] == str(p.max_model_len)
+            assert int(la.args[i + 1]) > 0
+    assert plan.max_model_len > 0

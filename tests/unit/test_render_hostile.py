@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from deskside.engine.vllm import launch_plan
 from deskside.fabric.gid import resolve_node
 from deskside.fabric.sysfs import DirSource, read_snapshot
 from deskside.recipe.load import load_recipe
@@ -100,7 +99,7 @@ def test_launch_sh_passes_every_value_through_unchanged(
 ) -> None:
     recipe, path, _, out = hostile
     ctx = build_context(recipe, path, load_and_plan(path)[1])
-    for launch in launch_plan(recipe, ctx.model):
+    for launch in (n.launch for n in ctx.nodes):
         done, recorded = run_script(out / launch.node / "launch.sh", tmp_path, shell)
         assert done.returncode == 0, done.stderr
         assert recorded is not None, "the engine was not started"
@@ -113,7 +112,7 @@ def test_launch_sh_passes_every_value_through_unchanged(
 
 
 def test_hostile_values_reach_the_engine(hostile: tuple[Any, Path, Bundle, Path]) -> None:
-    """The recipe's own values (not just what launch_plan made of them) arrive intact."""
+    """The recipe's own values (not just what the launch derivation made of them) arrive intact."""
     recipe, path, _, _ = hostile
     head = recipe.head.name
     ctx = build_context(recipe, path, load_and_plan(path)[1])
@@ -185,7 +184,7 @@ def test_compose_values_survive_yaml_and_interpolation(
     sources = {v["source"]: v["target"] for v in service["volumes"]}
     assert sources[recipe.runtime.hf_cache] == recipe.runtime.hf_cache
     assert sources[ctx.model] == ctx.model
-    assert sources[ctx.layout.cache_dir] == "/root/.cache"
+    assert sources[ctx.layout.cache] == "/root/.cache"
 
 
 def test_litellm_config_routes_the_exact_names(hostile: tuple[Any, Path, Bundle, Path]) -> None:

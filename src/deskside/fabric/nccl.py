@@ -1,6 +1,6 @@
 """NCCL and Gloo environment per node, from the recipe's fabric choice (pure).
 
-The result plugs into `deskside.engine.vllm.node_env(recipe, node, fabric_env)` (and
+The result plugs into `deskside.engine.launch.node_env` (and
 `launch_plan(..., fabric_env={node: env})`); the recipe's own `cluster.fabric.nccl_env`
 is applied after it there, so a user can still override any value.
 
@@ -132,10 +132,3 @@ def fabric_envs(
     """Every node's fabric environment (node name -> FabricEnv)."""
     indexes = gid_indexes or {}
     return {n.name: node_fabric_env(recipe, n, indexes.get(n.name)) for n in recipe.cluster.nodes}
-
-
-def launch_fabric_env(
-    recipe: Recipe, gid_indexes: Mapping[str, int] | None = None
-) -> dict[str, dict[str, str]]:
-    """What `deskside.engine.vllm.launch_plan(fabric_env=...)` takes."""
-    return {name: fe.env for name, fe in fabric_envs(recipe, gid_indexes).items()}

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from deskside.engine.vllm import node_ip
+from deskside.engine.launch import node_ip
 from deskside.fabric import probe
 from deskside.fabric.gid import PortResolution, ipv4_mapped_gid, resolve_node, resolve_ports
 from deskside.fabric.sysfs import (

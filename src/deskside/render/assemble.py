@@ -30,13 +30,7 @@ from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
 from deskside.render import compose, grafana, prometheus, proxy, scripts, systemd
 from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
-from deskside.render.context import (
-    Layout,
-    RenderContext,
-    build_context,
-    local_model_folder,
-    node_model_reference,
-)
+from deskside.render.context import RenderContext, build_context
 from deskside.render.serialize import json_text
 
 
@@ -105,7 +99,7 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
             engine_ip=ctx.node_ip(n.node),
             netns=n.node.netns,
             gid_index=gid,
-            argv=[*ctx.program, *n.launch.args],
+            argv=list(n.launch.argv),
             env=env,
             files={p: sha256_hex(b) for p, b in bundle.items() if p.startswith(n.name + "/")},
         )
@@ -149,10 +143,10 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
             aliases=list(m.aliases),
         ),
         layout={
-            "release_dir": layout.release_dir,
-            "releases_dir": layout.releases_dir,
-            "models_dir": layout.models_dir,
-            "cache_dir": layout.cache_dir,
+            "release_dir": layout.current,
+            "releases_dir": layout.releases,
+            "models_dir": layout.models,
+            "cache_dir": layout.cache,
             "hf_cache": recipe.runtime.hf_cache,
             "systemd_unit": layout.unit_name if recipe.runtime.systemd else "",
             "compose_project": layout.compose_project if recipe.runtime.kind == "container" else "",
@@ -189,12 +183,3 @@ def portable_recipe_json(recipe: Recipe, recipe_dir: Path) -> str:
     for key in ("path", "config"):
         data["model"][key] = _portable_path(data["model"][key], recipe_dir)
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
-def model_upload(recipe: Recipe, recipe_path: Path) -> tuple[Path, str] | None:
-    """For a recipe serving a model folder of this machine (`model.path` inside the
-    recipe's folder): that folder and where the deploy must put it on every node."""
-    local = local_model_folder(recipe, recipe_path)
-    if local is None:
-        return None
-    return local, node_model_reference(recipe, recipe_path, Layout.of(recipe))

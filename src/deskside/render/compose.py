@@ -47,7 +47,7 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
     volumes = [
         _bind("./launch.sh", LAUNCH_IN_CONTAINER, read_only=True),
         _bind(runtime.hf_cache, runtime.hf_cache, create=True),
-        _bind(ctx.layout.cache_dir, CONTAINER_HOME_CACHE, create=True),
+        _bind(ctx.layout.cache, CONTAINER_HOME_CACHE, create=True),
     ]
     if recipe.model.path is not None:
         # a local model folder: pushed under R/N/models/ (or an absolute path on the node)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deskside.engine.launch import probe_host
 from deskside.render.context import RenderContext
 from deskside.render.serialize import comment_header, yaml_text
 
@@ -67,7 +68,7 @@ def prometheus_config(ctx: RenderContext) -> dict[str, Any]:
                 "metrics_path": "/metrics",
                 "static_configs": [
                     {
-                        "targets": [_target(ctx.api_host, recipe.engine.port)],
+                        "targets": [_target(probe_host(recipe), recipe.engine.port)],
                         "labels": {"node": recipe.head.name, "role": "head"},
                     }
                 ],

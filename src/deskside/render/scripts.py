@@ -38,7 +38,7 @@ def render_launch(ctx: RenderContext, n: NodeContext) -> str:
         **_header(ctx, n),
         env=n.env,
         gid_snippet=snippet.rstrip("\n"),
-        command_lines=command_lines(ctx.program, n.launch.args),
+        command_lines=command_lines(n.launch.program, n.launch.args),
     )
 
 

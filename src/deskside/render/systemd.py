@@ -25,7 +25,7 @@ def compose_command(ctx: RenderContext, *verb: str) -> list[str]:
         "--project-name",
         layout.compose_project,
         "--file",
-        f"{layout.release_dir}/compose.yaml",
+        f"{layout.current}/compose.yaml",
         *verb,
     ]
 
@@ -49,6 +49,6 @@ def render_unit(ctx: RenderContext, n: NodeContext) -> str:
     return render_template(
         "native.service.j2",
         **header,
-        start=systemd_command(["/bin/sh", f"{ctx.layout.release_dir}/launch.sh"]),
+        start=systemd_command(["/bin/sh", f"{ctx.layout.current}/launch.sh"]),
         netns=netns,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 
@@ -56,6 +57,10 @@ class Transport(Protocol):
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         """Write `data` to `path` atomically (temporary file, then rename)."""
+        ...
+
+    def put_file(self, local: Path, path: str, mode: int = 0o644) -> None:
+        """Copy the local file `local` to `path` (streamed, atomically like `put`)."""
         ...
 
     def get(self, path: str) -> bytes:

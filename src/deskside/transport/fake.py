@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from deskside.transport.base import Result
 
@@ -47,6 +48,9 @@ class FakeTransport:
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
         self.calls.append(("put", (path,), {}))
         self.files[path] = data
+
+    def put_file(self, local: Path, path: str, mode: int = 0o644) -> None:
+        self.put(local.read_bytes(), path, mode)
 
     def get(self, path: str) -> bytes:
         if path not in self.files:

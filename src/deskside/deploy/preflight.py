@@ -11,6 +11,7 @@ the release and the model upload.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from deskside.recipe.types import Node, Recipe
@@ -185,11 +186,14 @@ def needs_root(recipe: Recipe) -> bool:
     return recipe.runtime.systemd or recipe.runtime.kind == "container"
 
 
-def head_ports(recipe: Recipe) -> dict[int, str]:
-    """Ports the head must have free (port -> what uses it)."""
-    ports = {recipe.engine.port: "engine.port (the API)"}
-    if len(recipe.cluster.nodes) > 1:
-        ports[recipe.cluster.fabric.master_port] = "cluster.fabric.master_port (rendezvous)"
+def head_ports(recipe: Recipe, engine_ports: Sequence[int]) -> dict[int, str]:
+    """Ports the head must have free (port -> what uses it): those its engine launch binds
+    (`deskside.engine.launch`), and the proxy's."""
+    names = {
+        recipe.engine.port: "engine.port (the API)",
+        recipe.cluster.fabric.master_port: "cluster.fabric.master_port (rendezvous)",
+    }
+    ports = {p: names.get(p, "the engine") for p in engine_ports}
     if recipe.proxy.enabled:
         ports[recipe.proxy.port] = "proxy.port"
     return ports
@@ -206,6 +210,7 @@ def check_node(
     recipe_dir: str,
     own_engine_running: bool,
     need_bytes: int,
+    head_ports: Mapping[int, str],
 ) -> NodeCheck:
     """Problems (deploying would fail) and notes about one node. `own_engine_running`:
     this recipe's engine runs there now, so the ports it holds are expected (the start
@@ -237,7 +242,7 @@ def check_node(
             "free disk space on the node, or point runtime.root at a larger disk",
         )
     if node.role == "head" and not own_engine_running:
-        for port, what in sorted(head_ports(recipe).items()):
+        for port, what in sorted(head_ports.items()):
             if port in facts.listening:
                 problem(
                     f"port {port} ({what}) is already in use on {name}",

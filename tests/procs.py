@@ -1,5 +1,6 @@
-"""Process facts from /proc (Linux): who belongs to a session, memory, liveness; and a
-graceful stop of a whole session (SIGTERM, then SIGKILL after a grace period)."""
+"""Process facts from /proc for tests: who belongs to a session, memory, liveness, and a
+stop of a session the test itself started (deskside reaches processes only through its
+Transports; tests check what happened from outside, with these)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,317 @@
+"""The deploy's first stages: facts and files.
+
+    preflight  every node: reachable, root/sudo where needed, ports free on the head,
+               Python with vLLM (native) or Docker (container), free disk
+    render     `deskside.render.assemble.render`: the bundle and its lock
+    diff       the new lock against the head's `current/cluster/deskside.lock`
+    push       every node's bundle folder (the head's with `cluster/`) into a staging
+               folder, renamed into a release folder when complete; the local model folder
+               where `deskside.layout.model_upload` says; the proxy key (0600) on the head;
+               then every node's `current` link switched to the new release
+
+Preflight and diff only read (they run in a dry run too); push returns operations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from deskside import lock as lockfile
+from deskside import secrets
+from deskside.deploy import preflight as pf
+from deskside.deploy import releases as rel
+from deskside.deploy.deployment import Deployment, StageFailed
+from deskside.errors import DesksideError, PlanRefused, UsageError
+from deskside.layout import MANIFEST_FILE, model_upload
+from deskside.render.assemble import render
+from deskside.render.bundle import CLUSTER_DIR
+from deskside.render.proxy import HEAD_KEY_FILE
+from deskside.runtime.control import Control, control_kind
+from deskside.runtime.ops import Executed, Op, Put, Run, Upload, execute
+from deskside.runtime.pipeline import Outcome
+from deskside.runtime.records import read_state
+
+
+def _fail_findings(findings: list[pf.Finding]) -> StageFailed:
+    lines = [f"{f.node}: {f.message}" for f in findings]
+    hints = [f"{f.node}: {f.hint}" for f in findings if f.hint]
+    return StageFailed(
+        f"preflight found {len(findings)} problem{'s' if len(findings) != 1 else ''}:\n  "
+        + "\n  ".join(lines),
+        hint="\n  ".join(hints) or None,
+    )
+
+
+def _upload_bytes(d: Deployment) -> int:
+    upload = model_upload(d.recipe, d.recipe_path)
+    if upload is None or not upload[0].is_dir():
+        return 0
+    return sum(p.stat().st_size for p in upload[0].rglob("*") if p.is_file())
+
+
+def preflight(d: Deployment) -> Outcome:
+    recipe = d.recipe
+    findings: list[pf.Finding] = []
+    need = _upload_bytes(d) + 1024**2
+    base = Control(
+        control_kind(recipe.runtime.systemd, recipe.runtime.kind), recipe.runtime.kind, d.layout
+    )
+    head_launch = d.launch(d.head)
+    for node in recipe.cluster.nodes:
+        t = d.t(node.name)
+        argv = pf.facts_command(
+            d.layout.recipe_dir,
+            python=pf.node_python(recipe) if recipe.runtime.kind == "native" else None,
+            docker=recipe.runtime.kind == "container",
+            litellm=recipe.proxy.enabled and node.role == "head",
+            key_file=recipe.proxy.master_key_file if node.role == "head" else None,
+        )
+        try:
+            r = t.run(argv, timeout=60)
+        except DesksideError as exc:
+            findings.append(pf.Finding(node.name, exc.message, exc.hint))
+            continue
+        if not r.ok:
+            findings.append(
+                pf.Finding(node.name, f"preflight probe failed (exit {r.rc}): {r.stderr[-300:]}")
+            )
+            continue
+        facts = pf.parse_facts(r.stdout)
+        control = base.with_sudo(() if facts.root or base.kind == "process" else ("sudo", "-n"))
+        d.controls[node.name] = control
+        state = read_state(t, d.layout)
+        d.old_states[node.name] = state
+        d.old_alive[node.name] = state is not None and control.alive(t, state)
+        check = pf.check_node(
+            facts,
+            recipe=recipe,
+            node=node,
+            recipe_dir=d.layout.recipe_dir,
+            own_engine_running=d.old_alive[node.name],
+            need_bytes=need,
+            head_ports=pf.head_ports(recipe, head_launch.ports),
+        )
+        findings.extend(check.problems)
+        d.report.notes.extend(check.notes)
+    if findings:
+        raise _fail_findings(findings)
+    running = [n for n, alive in d.old_alive.items() if alive]
+    return Outcome(
+        f"{len(recipe.cluster.nodes)} nodes ok"
+        + (f"; running now: {', '.join(running)}" if running else "")
+    )
+
+
+def render_stage(d: Deployment) -> Outcome:
+    if not d.plan.fits:
+        raise PlanRefused(
+            f"deskside refuses to deploy: {d.plan.refusal}",
+            hint="lower max_model_len (see `deskside plan`) or give the KV cache more memory",
+        )
+    upload = model_upload(d.recipe, d.recipe_path)
+    if upload is not None and not (upload[0] / "config.json").is_file():
+        raise StageFailed(
+            f"model folder {upload[0]} has no config.json",
+            hint=f"create it: deskside model tiny --arch deepseek-v3 --out {upload[0]}",
+        )
+    d.bundle = render(d.recipe, d.recipe_path, d.plan)
+    d.report.notes.extend(d.bundle.notes)
+    return Outcome(f"{len(d.bundle)} files")
+
+
+def model_manifest(folder: Path) -> bytes:
+    """Which files the local model folder holds (size and modification time): a re-push
+    is needed when it changes."""
+    entries = {
+        p.relative_to(folder).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns]
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+    return json.dumps(entries, sort_keys=True).encode()
+
+
+def diff(d: Deployment) -> Outcome:
+    assert d.bundle is not None
+    head = d.t(d.head)
+    for node in d.recipe.cluster.nodes:
+        r = d.t(node.name).run(rel.read_current(d.layout))
+        d.previous[node.name] = rel.parse_current(r.stdout) if r.ok else None
+    lock_path = f"{d.layout.current}/{lockfile.LOCK_PATH}"
+    try:
+        d.old_lock = lockfile.parse_lock(head.get(lock_path).decode(), f"{d.head}:{lock_path}")
+    except FileNotFoundError:
+        d.old_lock = None
+    except UsageError as exc:
+        d.report.notes.append(f"{exc.message}; comparing against an empty deployment")
+        d.old_lock = None
+    d.report.diffs = lockfile.diff(d.old_lock, d.bundle)
+    upload = model_upload(d.recipe, d.recipe_path)
+    if upload is not None:
+        d.model_manifest = model_manifest(upload[0])
+        remote = f"{upload[1]}/{MANIFEST_FILE}"
+        seen = []
+        for node in d.recipe.cluster.nodes:
+            try:
+                seen.append(d.t(node.name).get(remote) == d.model_manifest)
+            except FileNotFoundError:
+                seen.append(False)
+        d.model_changed = not all(seen)
+    else:
+        d.model_changed = False
+    files_same = not any(h.changes_anything for h in d.report.diffs)
+    d.unchanged = (
+        files_same
+        and not d.model_changed
+        and all(d.old_alive.get(n) for n in d.nodes)
+        and all(
+            (s := d.old_states.get(n)) is not None and s.release == d.previous.get(n)
+            for n in d.nodes
+        )
+    )
+    parts = []
+    for h in d.report.diffs:
+        if not h.changes_anything:
+            parts.append(f"{h.host}: unchanged")
+            continue
+        what = f"{len(h.added)} added, {len(h.changed)} changed, {len(h.removed)} removed"
+        parts.append(f"{h.host}: {what}" + ("; engine restarts" if h.restart_engine else ""))
+    if upload is not None and d.model_changed:
+        parts.append(f"model folder {upload[0].name} to push")
+    return Outcome("; ".join(parts))
+
+
+def _new_release_id(d: Deployment, lock_text: bytes) -> str:
+    """A release id no node has yet (a fact per node)."""
+    base = rel.release_id(d.now(), hashlib.sha256(lock_text).hexdigest())
+    rid, suffix = base, 2
+    while any(d.t(n).run(["test", "-e", d.layout.release(rid)]).ok for n in d.nodes):
+        rid, suffix = f"{base}-{suffix}", suffix + 1
+    return rid
+
+
+def _tree_ops(d: Deployment, node: str, folder: str, base: str) -> list[Op]:
+    assert d.bundle is not None
+    bundle = d.bundle
+    return [
+        Put(
+            node,
+            f"{base}/{rel_path}",
+            data,
+            bundle.mode(f"{folder}/{rel_path}"),
+            "pushing the release",
+        )
+        for rel_path, data in bundle.folder(folder).items()
+    ]
+
+
+def _model_ops(d: Deployment, node: str, folder: Path, target: str, rid: str) -> list[Op]:
+    staging = f"{Path(target).parent!s}/.partial-{Path(target).name}-{rid}"
+    assert d.model_manifest is not None
+    ops: list[Op] = [Run(node, ("rm", "-rf", "--", staging), "clearing the model staging folder")]
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            remote = f"{staging}/{path.relative_to(folder).as_posix()}"
+            ops.append(Upload(node, path, remote, 0o644, f"pushing model folder {folder.name}"))
+    ops.append(Put(node, f"{staging}/{MANIFEST_FILE}", d.model_manifest, 0o644, "model manifest"))
+    ops.append(
+        Run(
+            node, tuple(rel.swap_model_folder(staging, target)), "putting the model folder in place"
+        )
+    )
+    return ops
+
+
+def _secret_ops(d: Deployment) -> list[Op]:
+    recipe = d.recipe
+    if not recipe.proxy.enabled or recipe.proxy.master_key_file is not None:
+        return []
+    key = secrets.proxy_master_key(recipe.name)
+    return [
+        Run(d.head, tuple(rel.private_dir(d.layout.secrets)), "creating the secrets folder"),
+        # the value goes over SFTP into a file created 0600; it is on no command line
+        Put(
+            d.head,
+            f"{d.layout.recipe_dir}/{HEAD_KEY_FILE}",
+            (key.reveal() + "\n").encode(),
+            0o600,
+            "the proxy master key",
+            secret=True,
+        ),
+    ]
+
+
+def _switched(d: Deployment, done: Executed) -> list[str]:
+    return [
+        op.node
+        for op in done.done
+        if isinstance(op, Run) and op.argv[:3] == ("sh", "-c", rel.SWITCH_SH)
+    ]
+
+
+def switch_back(d: Deployment, nodes: list[str]) -> list[str]:
+    """Point each node's `current` at its previous release again (or remove it where there
+    was none), now; returns what could not be done."""
+    problems = []
+    for node in nodes:
+        prev = d.previous.get(node)
+        argv = rel.switch_current(d.layout, prev) if prev else rel.remove_current(d.layout)
+        r = d.t(node).run(argv)
+        if not r.ok:
+            problems.append(f"{node}: {(r.stderr or r.stdout).strip()[-200:]}")
+    return problems
+
+
+def push(d: Deployment) -> Outcome:
+    assert d.bundle is not None
+    if d.unchanged:
+        d.rid = next(iter(d.previous.values()))
+        return Outcome("nothing changed and every engine runs", skipped=True)
+    rid = _new_release_id(d, d.bundle[lockfile.LOCK_PATH])
+    d.rid = rid
+    container = d.recipe.runtime.kind == "container"
+    ops: list[Op] = []
+    for node in d.recipe.cluster.nodes:
+        name = node.name
+        staging = d.layout.staging(rid)
+        ops.append(Run(name, tuple(rel.prepare_dirs(d.layout, container)), "creating folders"))
+        ops.append(
+            Run(name, tuple(rel.clear_staging(d.layout, rid)), "clearing the staging folder")
+        )
+        ops += _tree_ops(d, name, name, staging)
+        if node.role == "head":
+            ops += _tree_ops(d, name, CLUSTER_DIR, f"{staging}/cluster")
+        ops.append(
+            Run(name, tuple(rel.commit_release(d.layout, rid)), "committing the release folder")
+        )
+    upload = model_upload(d.recipe, d.recipe_path)
+    if upload is not None and d.model_changed:
+        for node in d.recipe.cluster.nodes:
+            ops += _model_ops(d, node.name, upload[0], upload[1], rid)
+    ops += _secret_ops(d)
+    for node in d.recipe.cluster.nodes:
+        ops.append(Run(node.name, tuple(rel.switch_current(d.layout, rid)), "switching current"))
+
+    def done(executed: Executed) -> None:
+        d.switched = _switched(d, executed)
+
+    def undo(executed: Executed) -> None:
+        d.switched = []
+        switch_back(d, _switched(d, executed))
+
+    return Outcome(f"release {rid}", ops, after=done, undo=undo)
+
+
+def prune_old_releases(d: Deployment) -> None:
+    """After a good deploy: keep the newest releases (and the previous one) on each node."""
+    protect = {r for r in (d.rid, *d.previous.values()) if r}
+    for node in d.nodes:
+        r = d.t(node).run(rel.list_releases(d.layout))
+        old = rel.releases_to_prune(r.stdout, d.options.keep_releases, protect) if r.ok else []
+        if old:
+            execute(
+                [Run(node, tuple(rel.prune(d.layout, old)), "pruning old releases")],
+                d.transports,
+                Executed(),
+            )

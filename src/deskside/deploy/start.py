@@ -1,0 +1,165 @@
+"""The deploy's last stages: engines.
+
+    start      the running engines stopped (head first), then workers started, then the
+               head (and the proxy); each node's pid/log in its state file
+    ready      `deskside.runtime.ready.wait_ready` over the nodes' logs and liveness, read
+               over SSH; the proxy answering when there is one
+    contract   one completion for every served name, through the proxy when configured,
+               else through the head
+
+A deploy that changes nothing (same files, same model folder, engines running) leaves the
+engines alone and only checks readiness and the contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from deskside import secrets
+from deskside.deploy.deployment import Deployment, iso
+from deskside.render.bundle import CLUSTER_DIR
+from deskside.runtime.contract import require_contract, wait_proxy
+from deskside.runtime.control import watched
+from deskside.runtime.ops import Executed, Local, Op, Spawn, stamp
+from deskside.runtime.pipeline import Outcome
+from deskside.runtime.ready import wait_ready
+from deskside.runtime.records import NodeState
+
+
+def stop_ops(d: Deployment, states: Mapping[str, NodeState | None]) -> dict[str, list[Op]]:
+    """Stopping the engines `states` describe, per node, head first."""
+    out: dict[str, list[Op]] = {}
+    for node in d.stop_order:
+        state = states.get(node)
+        if state is not None:
+            out[node] = d.controls[node].stop_ops(node, state, d.options.grace)
+    return out
+
+
+def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
+    """Start each node's release (workers first, then the head, then the proxy)."""
+    ops: list[Op] = []
+    started = d.now()
+    for node in d.start_order:
+        rid = releases[node]
+        la = d.launch(node)
+        release = d.layout.release(rid)
+        state = NodeState(
+            recipe=d.recipe.name,
+            node=node,
+            role=la.role,
+            node_rank=la.node_rank,
+            release=rid,
+            control=d.controls[node].kind,
+            started_at=iso(started),
+        )
+        ops += d.controls[node].start_ops(
+            node,
+            state,
+            argv=("sh", f"{release}/launch.sh"),
+            cwd=release,
+            log=d.layout.engine_log(rid, stamp(started)),
+            what=f"starting {la.role} {node} (node rank {la.node_rank}, release {rid})",
+        )
+    if d.recipe.proxy.enabled:
+        head_rid = releases[d.head]
+        release = d.layout.release(head_rid)
+        ops.append(
+            Spawn(
+                d.head,
+                ("sh", f"{release}/{CLUSTER_DIR}/litellm/run-proxy.sh"),
+                (),
+                d.layout.proxy_log(head_rid, stamp(started)),
+                release,
+                "starting the LiteLLM proxy on the head",
+                d.layout,
+                "proxy",
+                None,
+            )
+        )
+    return ops
+
+
+def start(d: Deployment) -> Outcome:
+    if d.unchanged:
+        d.executed.states.update({n: s for n, s in d.old_states.items() if s is not None})
+        return Outcome("engines left running", skipped=True)
+    assert d.rid is not None
+    d.old_stops = stop_ops(d, {n: s for n, s in d.old_states.items() if d.old_alive.get(n)})
+    ops: list[Op] = [op for node in d.stop_order for op in d.old_stops.get(node, [])]
+    # `down` finds the nodes even if this process dies during the start
+    ops.append(Local("record the deploy on this machine", lambda: d.record(d.rid, ready=False)))
+    ops += start_ops(d, dict.fromkeys(d.nodes, d.rid))
+
+    def started(executed: Executed) -> None:
+        d.old_alive = dict.fromkeys(d.old_alive, False)
+
+    return Outcome(f"{len(d.nodes)} nodes started", ops, after=started)
+
+
+def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
+    """Readiness of the engines `states` describe; the proxy's too."""
+    nodes = [
+        watched(
+            node,
+            states[node],
+            d.controls[node],
+            d.t(node),
+            f"{d.t(node).name}:{states[node].log or d.layout.unit_name}",
+        )
+        for node in d.start_order
+        if node in states
+    ]
+    found = wait_ready(
+        api_url=d.report.api_url,
+        served_names=d.report.served_names,
+        planned_kv_cache_tokens=d.plan.kv_cache_tokens,
+        nodes=nodes,
+        timeout=d.options.timeout,
+        say=d.say,
+        interval=d.options.poll_interval,
+        client=d.http(10),
+    )
+    if d.report.proxy_url is not None:
+        wait_proxy(
+            d.http(5),
+            d.report.proxy_url,
+            min(d.options.timeout, 300),
+            d.options.poll_interval,
+            f"{d.head}: {d.layout.logs}/<release>.<start>.proxy.log",
+        )
+    return found.logged_kv_cache_line
+
+
+def ready(d: Deployment) -> Outcome:
+    if d.options.dry_run:
+        check = f"{d.report.api_url}: /health, /v1/models lists every name, the KV line logged"
+        planned = [(d.head, check)]
+        if d.report.proxy_url:
+            planned.append((d.head, f"{d.report.proxy_url}/health/liveliness"))
+        return Outcome("", planned=planned)
+    d.report.logged_kv_cache_line = wait_started(d, d.executed.states)
+    return Outcome(f"API {d.report.api_url} serves {', '.join(d.report.served_names)}")
+
+
+def proxy_key(d: Deployment) -> str | None:
+    recipe = d.recipe
+    if not recipe.proxy.enabled:
+        return None
+    if recipe.proxy.master_key_file is None:
+        return secrets.proxy_master_key(recipe.name).reveal()
+    try:
+        return d.t(d.head).get(recipe.proxy.master_key_file).decode().strip()
+    except FileNotFoundError:
+        return None
+
+
+def contract(d: Deployment) -> Outcome:
+    via = d.report.proxy_url or d.report.api_url
+    if d.options.dry_run:
+        names = ", ".join(d.report.served_names)
+        return Outcome("", planned=[(d.head, f"a completion through {via} for {names}")])
+    key = proxy_key(d)
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    client = d.http(d.options.contract_timeout, headers)
+    return Outcome(require_contract(client, via, d.report.served_names))

@@ -1,0 +1,221 @@
+"""How a node's engine is started, stopped, watched and read, per kind of control:
+
+- `process`: the engine runs detached in its own session (`Transport.spawn`), its pid,
+  start time and log file recorded in the node's state file; stopped by session (SIGTERM,
+  then SIGKILL), and only when the recorded pid is still the process deskside started.
+- `systemd` (runtime.systemd): the release's unit is installed in /etc/systemd/system,
+  enabled and restarted; the native unit runs `current/launch.sh`, the container unit
+  `docker compose up` on `current/compose.yaml`. Logs from the journal (native) or Compose
+  (container) since the start.
+- `compose` (container runtime without systemd): `docker compose up --detach` on
+  `current/compose.yaml`.
+
+Starting and stopping are operations (`deskside.runtime.ops`); watching and reading run
+their commands through the node's Transport right away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from deskside.errors import DesksideError
+from deskside.layout import NodeLayout
+from deskside.runtime import node_sh
+from deskside.runtime.ops import Op, Record, Run, Spawn
+from deskside.runtime.ready import Watched
+from deskside.runtime.records import ControlKind, NodeState
+from deskside.transport.base import Result, Transport
+
+UNIT_DIR = "/etc/systemd/system"
+
+
+def control_kind(systemd: bool, runtime_kind: str) -> ControlKind:
+    if systemd:
+        return "systemd"
+    return "compose" if runtime_kind == "container" else "process"
+
+
+def _fail(t: Transport, what: str, r: Result) -> DesksideError:
+    detail = (r.stderr or r.stdout).strip()[-400:]
+    return DesksideError(f"{t.name}: {what} failed (exit {r.rc}): {detail}")
+
+
+@dataclass(frozen=True)
+class Control:
+    """Start, stop, watch and read one recipe's engine on a node (see the module doc)."""
+
+    kind: ControlKind
+    runtime: str  # native | container
+    layout: NodeLayout
+    sudo: tuple[str, ...] = ()  # ("sudo", "-n") for a non-root login
+
+    def with_sudo(self, sudo: tuple[str, ...]) -> Control:
+        return replace(self, sudo=sudo)
+
+    # -- commands (pure)
+
+    def compose(self, *verb: str) -> list[str]:
+        return [
+            *self.sudo,
+            "docker",
+            "compose",
+            "--project-name",
+            self.layout.compose_project,
+            "--file",
+            f"{self.layout.current}/compose.yaml",
+            *verb,
+        ]
+
+    def unit_install(self, rid: str) -> list[list[str]]:
+        unit = self.layout.unit_name
+        return [
+            [
+                *self.sudo,
+                "install",
+                "-m",
+                "0644",
+                "--",
+                f"{self.layout.release(rid)}/{unit}",
+                f"{UNIT_DIR}/{unit}",
+            ],
+            [*self.sudo, "systemctl", "daemon-reload"],
+            [*self.sudo, "systemctl", "enable", "--quiet", unit],
+        ]
+
+    def start_commands(self, rid: str) -> list[list[str]]:
+        """The commands that start release `rid` (the process control spawns instead)."""
+        if self.kind == "systemd":
+            return [
+                *self.unit_install(rid),
+                [*self.sudo, "systemctl", "restart", self.layout.unit_name],
+            ]
+        if self.kind == "compose":
+            return [self.compose("up", "--detach", "--remove-orphans")]
+        return []
+
+    def stop_commands(self, state: NodeState, grace: float) -> list[list[str]]:
+        """Stop the engine (and the proxy) `state` describes."""
+        argv: list[list[str]] = []
+        if state.proxy_pid is not None:
+            argv.append(node_sh.stop_session(state.proxy_pid, grace, state.proxy_pid_start))
+        if self.kind == "systemd":
+            argv.append([*self.sudo, "systemctl", "stop", self.layout.unit_name])
+        elif self.kind == "compose":
+            argv.append(self.compose("down"))
+        elif state.pid is not None:
+            argv.append(node_sh.stop_session(state.pid, grace, state.pid_start))
+        return argv
+
+    def alive_command(self) -> list[str]:
+        if self.runtime == "container":
+            return self.compose("ps", "--status", "running", "--quiet")
+        return [*self.sudo, "systemctl", "is-active", "--quiet", self.layout.unit_name]
+
+    def log_command(self, state: NodeState, lines: int | None = None) -> list[str]:
+        """The whole log since the start (or its last `lines`): journal or Compose."""
+        since = str(state.started_epoch) if state.started_epoch is not None else None
+        if self.runtime == "container":
+            argv = self.compose("logs", "--no-color", "--no-log-prefix")
+            if lines is not None:
+                return [*argv, "--tail", str(lines)]
+            return [*argv, *(["--since", since] if since else [])]
+        unit = self.layout.unit_name
+        argv = [*self.sudo, "journalctl", "--unit", unit, "--output", "cat", "--no-pager"]
+        if lines is not None:
+            return [*argv, "--lines", str(lines)]
+        return [*argv, *(["--since", f"@{since}"] if since else [])]
+
+    # -- operations
+
+    def start_ops(
+        self,
+        node: str,
+        state: NodeState,
+        *,
+        argv: tuple[str, ...] = (),
+        env: tuple[tuple[str, str], ...] = (),
+        cwd: str | None = None,
+        log: str = "",
+        what: str = "",
+    ) -> list[Op]:
+        """Start the engine `state` describes. The process control spawns `argv` (with
+        `env`, in `cwd`, output to `log`); systemd and Compose start the release that
+        `current` points at."""
+        if self.kind == "process":
+            return [Spawn(node, argv, env, log, cwd, what, self.layout, "engine", state)]
+        ops: list[Op] = [Record(node, self.layout, state, what)]
+        rid = state.release or ""
+        ops += [
+            Run(node, tuple(a), " ".join(a[len(self.sudo) :][:3]), 600)
+            for a in self.start_commands(rid)
+        ]
+        return ops
+
+    def stop_ops(self, node: str, state: NodeState, grace: float) -> list[Op]:
+        return [
+            Run(node, tuple(a), f"stopping the engine of {node}", grace + 300)
+            for a in self.stop_commands(state, grace)
+        ]
+
+    # -- watching (runs now)
+
+    def stop(self, t: Transport, state: NodeState, grace: float) -> bool:
+        """Stop now; True when nothing of the engine is left."""
+        ok = True
+        for argv in self.stop_commands(state, grace):
+            ok = t.run(argv, timeout=grace + 300).ok and ok
+        return ok
+
+    def poll(self, t: Transport, state: NodeState, offset: int) -> tuple[bool, int, bytes]:
+        """(alive, new offset, log bytes since `offset`). The new offset is the log's
+        size: poll with a large offset to learn where the log ends without reading it."""
+        if self.kind == "process":
+            assert state.pid is not None and state.log is not None
+            r = t.run(
+                node_sh.poll_process(state.pid, state.log, offset, state.pid_start), timeout=60
+            )
+            if not r.ok:
+                raise _fail(t, "reading the engine log", r)
+            return node_sh.parse_poll(r.stdout)
+        alive_r = t.run(self.alive_command(), timeout=60)
+        alive = alive_r.ok and (self.runtime != "container" or bool(alive_r.stdout.strip()))
+        log = t.run(self.log_command(state), timeout=60)
+        data = log.stdout.encode()
+        return alive, len(data), data[offset:]
+
+    def alive(self, t: Transport, state: NodeState) -> bool:
+        if self.kind == "process":
+            if state.pid is None:
+                return False
+            r = t.run(node_sh.poll_process(state.pid, "/dev/null", 0, state.pid_start), timeout=60)
+            return r.ok and node_sh.parse_poll(r.stdout)[0]
+        r = t.run(self.alive_command(), timeout=60)
+        return r.ok and (self.runtime != "container" or bool(r.stdout.strip()))
+
+    def stats(self, t: Transport, state: NodeState) -> tuple[int, int]:
+        """(processes, RSS bytes) of the engine (process control; 0, 0 otherwise)."""
+        if self.kind != "process" or state.pid is None:
+            return 0, 0
+        r = t.run(node_sh.session_stats(state.pid, state.pid_start), timeout=60)
+        return node_sh.parse_session_stats(r.stdout) if r.ok else (0, 0)
+
+    def tail(self, t: Transport, state: NodeState, lines: int) -> str:
+        if self.kind == "process":
+            assert state.log is not None
+            r = t.run(node_sh.tail_file(state.log, lines), timeout=60)
+        else:
+            r = t.run(self.log_command(state, lines), timeout=60)
+        return r.stdout
+
+
+def watched(node: str, state: NodeState, control: Control, t: Transport, where: str) -> Watched:
+    """A started node for the readiness loop: liveness and new log bytes, one round trip
+    per poll through its Transport."""
+    offset = 0
+
+    def poll() -> tuple[bool, bytes]:
+        nonlocal offset
+        alive, offset, chunk = control.poll(t, state, offset)
+        return alive, chunk
+
+    return Watched(node, state.role, where, poll)

@@ -1,0 +1,323 @@
+"""The runtime for nodes on this machine: processes, or processes in network namespaces
+(`netns:`) joined by a bridge. Nothing is pushed: the engines run from the model folder in
+place, each node's state and log under `$DESKSIDE_HOME/runs/<recipe>/nodes/<node>/`.
+
+Stages: preflight (the plan fits, the model exists, the run is not up already) -> network
+(the namespaces and the bridge) -> start (workers first, then the head) -> ready (/health,
+every alias in /v1/models, the engine's KV line) -> contract (a completion per name). A
+failure from `network` on stops everything this start began.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from deskside import localnet
+from deskside.engine.launch import NodeLaunch, Site, launches
+from deskside.errors import DesksideError, PlanRefused
+from deskside.home import runs_dir
+from deskside.layout import NodeLayout
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Recipe
+from deskside.runtime import node_sh
+from deskside.runtime.contract import require_contract
+from deskside.runtime.control import Control, control_kind, watched
+from deskside.runtime.ops import Executed, Local, Op, Run, stamp
+from deskside.runtime.pipeline import (
+    Outcome,
+    Progress,
+    RollbackRecord,
+    Stage,
+    UpOptions,
+    UpReport,
+    run_stages,
+)
+from deskside.runtime.ready import wait_ready
+from deskside.runtime.records import (
+    LocalNetwork,
+    NodeState,
+    RunNode,
+    RunRecord,
+    load_run,
+    save_run,
+)
+from deskside.runtime.status import RunCommands, down, status
+from deskside.runtime.transports import HERE
+from deskside.transport.base import Transport
+from deskside.transport.local import LocalTransport
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat(timespec="seconds")
+
+
+class LocalStart:
+    """One `up` of a recipe on this machine (see the module docstring)."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        recipe_path: Path,
+        plan: Plan,
+        options: UpOptions,
+        say: Progress,
+        python: str,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.recipe, self.recipe_path, self.plan = recipe, recipe_path, plan
+        self.options, self.say, self.now = options, say, now
+        run_dir = runs_dir() / recipe.name
+        self.layouts = {
+            n.name: NodeLayout.at(str(run_dir / "nodes" / n.name), recipe.name)
+            for n in recipe.cluster.nodes
+        }
+        self.site = Site.this_machine(recipe, recipe_path, python, str(run_dir))
+        self.launches = launches(recipe, plan, self.site)
+        head = next(la for la in self.launches if la.role == "head")
+        assert head.probe_url is not None
+        self.api_url = head.probe_url
+        self.net = localnet.local_net(recipe)
+        self.transports: dict[str, Transport] = {HERE: LocalTransport()}
+        for n in recipe.cluster.nodes:
+            self.transports[n.name] = LocalTransport(netns=n.netns)
+        self.kind = control_kind(recipe.runtime.systemd, recipe.runtime.kind)
+        self.executed = Executed()
+        self.report = UpReport(
+            recipe=recipe.name,
+            runtime="local",
+            dry_run=options.dry_run,
+            api_url=self.api_url,
+            proxy_url=None,
+            served_names=list(recipe.model.all_names),
+            planned_kv_cache_line=plan.kv_cache_line,
+        )
+        self.record = RunRecord(
+            recipe=str(recipe_path),
+            recipe_name=recipe.name,
+            runtime="local",
+            control="process",
+            runtime_kind="native",
+            unit=self.layouts[recipe.head.name].unit_name,
+            compose_project=self.layouts[recipe.head.name].compose_project,
+            api_url=self.api_url,
+            proxy_url=None,
+            served_names=list(recipe.model.all_names),
+            planned_kv_cache_tokens=plan.kv_cache_tokens,
+            planned_kv_cache_line=plan.kv_cache_line,
+            started_at=_iso(now()),
+            nodes=[
+                RunNode(
+                    name=la.node,
+                    role=la.role,
+                    node_rank=la.node_rank,
+                    address=next(n.address for n in recipe.cluster.nodes if n.name == la.node),
+                    ssh=None,
+                    netns=next(n.netns for n in recipe.cluster.nodes if n.name == la.node),
+                    recipe_dir=self.layouts[la.node].recipe_dir,
+                )
+                for la in sorted(self.launches, key=lambda la: la.node_rank)
+            ],
+        )
+        self.existing: set[str] = set()
+
+    # -- stages
+
+    def preflight(self) -> Outcome:
+        recipe = self.recipe
+        if any(n.ssh is not None for n in recipe.cluster.nodes):
+            raise DesksideError(
+                "this recipe has ssh: nodes; the runtime on this machine runs local nodes only"
+            )
+        if self.kind != "process":
+            raise DesksideError(
+                f"runtime.kind {recipe.runtime.kind!r} with systemd {recipe.runtime.systemd} "
+                "is deployed over SSH, not run on this machine",
+                hint="for nodes on this machine use runtime.kind: native and runtime.systemd: "
+                "false, or give the nodes ssh: and deploy",
+            )
+        if not self.plan.fits:
+            raise PlanRefused(
+                f"deskside refuses to launch: {self.plan.refusal}",
+                hint="lower max_model_len (see `deskside plan`) or give the KV cache more memory",
+            )
+        if recipe.model.path and not (Path(self.site.model) / "config.json").is_file():
+            raise DesksideError(
+                f"model folder {self.site.model} has no config.json",
+                hint=f"create it: deskside model tiny --arch deepseek-v3 --out {self.site.model}",
+            )
+        current = load_run(recipe.name)
+        if current is not None and any(
+            n.state == "running" for n in status(current, self.transports).nodes
+        ):
+            raise DesksideError(
+                f"{recipe.name} is already up", hint="deskside status, or deskside down first"
+            )
+        if self.net is not None and not self.options.dry_run:
+            ok, why = localnet.can_create()
+            if not ok:
+                raise DesksideError(
+                    f"cannot create the recipe's network namespaces: {why}",
+                    hint="run as root with iproute2 installed, or remove netns: from the nodes",
+                )
+        if self.net is not None and localnet.can_create()[0]:
+            self.existing = localnet.existing_namespaces(self.transports[HERE])
+        shm = self.transports[HERE].run(node_sh.shm_list())
+        self.record.shm_before = shm.stdout.split() if shm.ok else []
+        where = "network namespaces" if self.net else "processes"
+        return Outcome(f"{len(recipe.cluster.nodes)} nodes as {where} on this machine")
+
+    def network(self) -> Outcome:
+        net = self.net
+        if net is None:
+            return Outcome("no network namespaces", skipped=True)
+        ours = {ns for ns, *_ in net.namespaces}
+        cmds = localnet.setup_commands(net, self.existing & ours)
+        self.record.network = LocalNetwork(bridge=net.bridge, namespaces=sorted(ours), created=[])
+
+        def created(done: Executed) -> None:
+            assert self.record.network is not None
+            self.record.network.created = [
+                op.argv[3]
+                for op in done.done
+                if isinstance(op, Run) and op.argv[:3] == ("ip", "netns", "add")
+            ]
+
+        ops: list[Op] = [Run(HERE, tuple(c), "creating network namespaces") for c in cmds]
+        detail = f"bridge {net.bridge}, namespaces {', '.join(sorted(ours))}"
+        return Outcome(detail, ops, after=created, undo=created)
+
+    def _start_ops(self, la: NodeLaunch) -> list[Op]:
+        layout = self.layouts[la.node]
+        started = self.now()
+        state = NodeState(
+            recipe=self.recipe.name,
+            node=la.node,
+            role=la.role,
+            node_rank=la.node_rank,
+            release=None,
+            control="process",
+            started_at=_iso(started),
+        )
+        control = Control(kind="process", runtime="native", layout=layout)
+        return control.start_ops(
+            la.node,
+            state,
+            argv=la.argv,
+            env=la.env,
+            cwd=la.workdir,
+            log=layout.engine_log("engine", stamp(started)),
+            what=f"starting {la.role} {la.node} (node rank {la.node_rank})",
+        )
+
+    def start(self) -> Outcome:
+        ops: list[Op] = [Local(f"record the run in {runs_dir() / self.recipe.name}", self._save)]
+        for la in self.launches:
+            ops += self._start_ops(la)
+
+        def started(done: Executed) -> None:
+            self.report.nodes = [s.model_dump(mode="json") for s in done.states.values()]
+
+        return Outcome(f"{len(self.launches)} nodes started, workers first", ops, after=started)
+
+    def ready(self) -> Outcome:
+        if self.options.dry_run:
+            head = self.recipe.head.name
+            check = f"{self.api_url}: /health, /v1/models lists every name, the KV line logged"
+            return Outcome("", planned=[(head, check)])
+        nodes = []
+        for la in self.launches:
+            state = self.executed.states[la.node]
+            control = Control(kind="process", runtime="native", layout=self.layouts[la.node])
+            where = state.log or la.node
+            nodes.append(watched(la.node, state, control, self.transports[la.node], where))
+        found = wait_ready(
+            api_url=self.api_url,
+            served_names=self.report.served_names,
+            planned_kv_cache_tokens=self.plan.kv_cache_tokens,
+            nodes=nodes,
+            timeout=self.options.timeout,
+            say=self.say,
+            interval=self.options.poll_interval,
+            client=httpx.Client(transport=self.options.http_transport, timeout=10),
+        )
+        self.report.logged_kv_cache_line = found.logged_kv_cache_line
+        self.record.logged_kv_cache_line = found.logged_kv_cache_line
+        self.record.ready_at = _iso(self.now())
+        self._save()
+        return Outcome(f"API {self.api_url} serves {', '.join(self.report.served_names)}")
+
+    def contract(self) -> Outcome:
+        if self.options.dry_run:
+            names = ", ".join(self.report.served_names)
+            return Outcome("", planned=[(self.recipe.head.name, f"a completion through {names}")])
+        client = httpx.Client(
+            transport=self.options.http_transport, timeout=self.options.contract_timeout
+        )
+        return Outcome(require_contract(client, self.api_url, self.report.served_names))
+
+    # -- bookkeeping
+
+    def _save(self) -> None:
+        save_run(self.record)
+
+    def rollback(self) -> RollbackRecord:
+        t0 = time.monotonic()
+        self.say("stopping what this start began")
+        leftovers = down(self.record, self.options.grace, self.transports)
+        seconds = time.monotonic() - t0
+        if leftovers:
+            return RollbackRecord(
+                {}, False, seconds, "could not stop everything", ", ".join(leftovers), seconds
+            )
+        return RollbackRecord(
+            {}, True, seconds, "everything this start began is stopped", None, seconds
+        )
+
+    def stages(self) -> list[Stage]:
+        return [
+            Stage("preflight", self.preflight),
+            Stage("network", self.network, rolls_back=True),
+            Stage("start", self.start, rolls_back=True),
+            Stage("ready", self.ready, rolls_back=True),
+            Stage("contract", self.contract, rolls_back=True),
+        ]
+
+
+class LocalRuntime(RunCommands):
+    """Nodes on this machine (processes or network namespaces)."""
+
+    name = "local"
+
+    def __init__(
+        self, python: str | None = None, now: Callable[[], datetime] | None = None
+    ) -> None:
+        super().__init__()
+        self.python = python or sys.executable
+        self.now = now or (lambda: datetime.now(UTC))
+
+    def up(
+        self,
+        recipe: Recipe,
+        recipe_path: Path,
+        plan: Plan,
+        options: UpOptions,
+        progress: Progress | None = None,
+    ) -> UpReport:
+        say = progress or (lambda _msg: None)
+        start = LocalStart(recipe, recipe_path, plan, options, say, self.python, self.now)
+        run_stages(
+            start.stages(),
+            start.report,
+            start.transports,
+            start.executed,
+            dry_run=options.dry_run,
+            say=say,
+            rollback=start.rollback,
+        )
+        return start.report

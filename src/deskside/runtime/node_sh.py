@@ -1,0 +1,213 @@
+"""The commands deskside runs on a node to watch, measure and stop the engines it started,
+and their parsers. Pure: argv lists and POSIX sh scripts; a Transport runs them (this
+machine, one of its network namespaces, or an SSH host alike).
+
+A started engine is known by its session leader's pid and that process's start time (field
+22 of /proc/PID/stat, clock ticks since boot), both recorded at start. A pid whose start
+time differs is another process that reused the number: it is reported as gone, never
+signalled. While any member of a session lives, Linux does not hand its session id to a new
+process, so the members of a session whose leader has exited are still the engine's.
+"""
+
+from __future__ import annotations
+
+# The fields after "pid (comm) " of /proc/PID/stat: $1 state, $2 ppid, $3 pgrp, $4 session,
+# ... ${20} starttime. The command may hold spaces and parentheses: split after the last ") ".
+_STAT_SH = r"""
+stat_fields() {
+  read -r st < "/proc/$1/stat" 2>/dev/null || return 1
+  rest=${st##*) }
+}
+# the recorded leader $sid was replaced by another process (its start time differs)
+replaced() {
+  [ -n "$start" ] || return 1
+  stat_fields "$sid" || return 1
+  set -- $rest
+  [ "${20}" != "$start" ]
+}
+"""
+
+# Members of session $sid (not zombies), from /proc (no ps needed). `read` is a builtin: no
+# process per entry.
+_MEMBERS_SH = r"""
+members() {
+  for f in /proc/[0-9]*/stat; do
+    read -r st < "$f" 2>/dev/null || continue
+    rest=${st##*) }
+    set -- $rest
+    [ "$4" = "$sid" ] || continue
+    case $1 in Z|X) continue ;; esac
+    p=${f#/proc/}
+    echo "${p%/stat}"
+  done
+}
+"""
+
+STOP_SESSION_SH = (
+    "sid=$1; grace=$2; start=${3:-}\n"
+    + _STAT_SH
+    + _MEMBERS_SH
+    + r"""
+if replaced; then
+  echo "pid $sid is no longer the process deskside started (its start time differs): left alone" >&2
+  exit 0
+fi
+signal_all() { for p in $(members); do kill "-$1" "$p" 2>/dev/null; done; }
+[ -n "$(members)" ] || exit 0
+signal_all TERM
+i=0; ticks=$((grace * 5))
+while [ "$i" -lt "$ticks" ]; do
+  [ -n "$(members)" ] || exit 0
+  sleep 0.2; i=$((i + 1))
+done
+signal_all KILL
+i=0
+while [ "$i" -lt 50 ]; do
+  [ -n "$(members)" ] || exit 0
+  sleep 0.1; i=$((i + 1))
+done
+echo "session $sid still has processes: $(members | tr '\n' ' ')" >&2
+exit 1
+"""
+)
+
+
+def _start_arg(start: int | None) -> list[str]:
+    return [] if start is None else [str(start)]
+
+
+def stop_session(pid: int, grace: float, start: int | None = None) -> list[str]:
+    """SIGTERM every process of session `pid`, SIGKILL what is left after `grace` seconds.
+    Exit 0: nothing of the engine is left (or `pid` is another process now)."""
+    return [
+        "sh",
+        "-c",
+        STOP_SESSION_SH,
+        "sh",
+        str(pid),
+        str(max(1, round(grace))),
+        *_start_arg(start),
+    ]
+
+
+SESSION_STATS_SH = (
+    "sid=$1; start=${2:-}\n"
+    + _STAT_SH
+    + _MEMBERS_SH
+    + r"""
+n=0; rss=0
+if ! replaced; then
+  for p in $(members); do
+    n=$((n + 1))
+    while read -r k v _; do
+      if [ "$k" = "VmRSS:" ]; then rss=$((rss + v)); fi
+    done < "/proc/$p/status" 2>/dev/null
+  done
+fi
+echo "processes=$n rss_kib=$rss"
+"""
+)
+
+
+def session_stats(pid: int, start: int | None = None) -> list[str]:
+    return ["sh", "-c", SESSION_STATS_SH, "sh", str(pid), *_start_arg(start)]
+
+
+def parse_session_stats(stdout: str) -> tuple[int, int]:
+    """(processes, rss bytes) from `session_stats` output."""
+    values = dict(w.split("=", 1) for w in stdout.split() if "=" in w)
+    try:
+        return int(values.get("processes", 0)), int(values.get("rss_kib", 0)) * 1024
+    except ValueError:
+        return 0, 0
+
+
+# Is the session leader $pid alive (not a zombie, still leading its session, the process
+# that was started), and what did its log grow by since byte $off? One round trip per poll.
+POLL_SH = (
+    "pid=$1; log=$2; off=$3; sid=$1; start=${4:-}\n"
+    + _STAT_SH
+    + r"""
+alive=0
+if stat_fields "$pid" && ! replaced; then
+  set -- $rest
+  case $1 in Z|X) ;; *) if [ "$4" = "$pid" ]; then alive=1; fi ;; esac
+fi
+size=0
+if [ -f "$log" ]; then size=$(wc -c < "$log"); fi
+size=$((size + 0))
+echo "alive=$alive size=$size"
+if [ "$size" -gt "$off" ]; then tail -c "+$((off + 1))" -- "$log" | head -c "$((size - off))"; fi
+"""
+)
+
+
+def poll_process(pid: int, log: str, offset: int, start: int | None = None) -> list[str]:
+    return ["sh", "-c", POLL_SH, "sh", str(pid), log, str(offset), *_start_arg(start)]
+
+
+def parse_poll(stdout: str) -> tuple[bool, int, bytes]:
+    """(alive, log size, new log bytes) from `poll_process` output."""
+    header, _, rest = stdout.partition("\n")
+    values = dict(w.split("=", 1) for w in header.split() if "=" in w)
+    try:
+        size = int(values.get("size", "0"))
+    except ValueError:
+        size = 0
+    return values.get("alive") == "1", size, rest.encode()
+
+
+PROC_START_SH = r"""
+read -r st < "/proc/$1/stat" 2>/dev/null || exit 1
+rest=${st##*) }
+set -- $rest
+echo "start=${20}"
+"""
+
+
+def proc_start(pid: int) -> list[str]:
+    """The start time of process `pid` (recorded at start: see the module docstring)."""
+    return ["sh", "-c", PROC_START_SH, "sh", str(pid)]
+
+
+def parse_proc_start(stdout: str) -> int | None:
+    for word in stdout.split():
+        if word.startswith("start=") and word[6:].isdigit():
+            return int(word[6:])
+    return None
+
+
+def tail_file(path: str, lines: int) -> list[str]:
+    return ["tail", "-n", str(lines), "--", path]
+
+
+# Shared memory segments of vLLM, torch and Python multiprocessing: removed when new since
+# the run started ("$@": the names present then) and open or mapped by no live process
+# (another run's segments stay).
+SHM_PREFIXES = ("psm_", "vllm", "torch_", "sem.mp-")
+SHM_CLEAN_SH = r"""
+inuse=$( { ls -l /proc/[0-9]*/fd 2>/dev/null; cat /proc/[0-9]*/maps 2>/dev/null; } \
+  | grep -o '/dev/shm/[^ ]*' | sort -u)
+for f in /dev/shm/*; do
+  [ -e "$f" ] || continue
+  name=${f##*/}
+  case $name in psm_*|vllm*|torch_*|sem.mp-*) ;; *) continue ;; esac
+  old=0
+  for b in "$@"; do [ "$b" = "$name" ] && old=1 && break; done
+  [ "$old" = 0 ] || continue
+  case "
+$inuse
+" in *"
+/dev/shm/$name
+"*) continue ;; esac
+  rm -f -- "$f" && echo "$name"
+done
+"""
+
+
+def shm_list() -> list[str]:
+    return ["ls", "-1", "--", "/dev/shm"]
+
+
+def shm_clean(before: list[str]) -> list[str]:
+    return ["sh", "-c", SHM_CLEAN_SH, "sh", *before]

@@ -1,0 +1,239 @@
+"""`status`, `logs` and `down` of a run, wherever its nodes are: each node's state file and
+engine are read through the node's Transport (this machine, a namespace, an SSH host), the
+API's health and metrics over HTTP. The same code serves every runtime.
+
+The cluster verdict: DOWN when no node runs, DEGRADED when some do (or the API stopped
+answering after it was ready), STARTING before the first readiness, READY otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from deskside.engine.http import engine_metrics, health
+from deskside.errors import DesksideError, UsageError
+from deskside.runtime import node_sh
+from deskside.runtime.control import Control
+from deskside.runtime.ready import FAILURE_EVENTS, LogFollower
+from deskside.runtime.records import (
+    NodeState,
+    RunNode,
+    RunRecord,
+    read_state,
+    remove_run,
+    remove_state,
+)
+from deskside.runtime.transports import transport_for
+from deskside.transport.base import Transport
+from deskside.transport.local import LocalTransport
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    role: str
+    pid: int
+    state: str  # running | exited | unreachable
+    rss_bytes: int
+    processes: int
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    recipe: str
+    cluster: str  # READY | DEGRADED | DOWN | STARTING
+    api_url: str
+    engine: str  # healthy | unreachable
+    nodes: list[NodeStatus]
+    kv_cache_usage: float | None
+    requests_running: float | None
+    requests_waiting: float | None
+    reasons: list[str]
+    release: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
+
+
+def cluster_status(
+    run: RunRecord, nodes: list[NodeStatus], reasons: list[str], client: httpx.Client
+) -> ClusterStatus:
+    """The verdict (see the module docstring) from the nodes and the head's API."""
+    url = run.api_url
+    healthy = health(client, url)
+    metrics = engine_metrics(client, url) if healthy else None
+    running = [n for n in nodes if n.state == "running"]
+    if not running:
+        cluster = "DOWN"
+    elif len(running) < len(nodes):
+        cluster = "DEGRADED"
+    elif healthy:
+        cluster = "READY" if run.ready_at else "STARTING"
+    else:
+        cluster = "DEGRADED" if run.ready_at else "STARTING"
+        if run.ready_at:
+            reasons.append(f"engine API {url} does not answer /health")
+    return ClusterStatus(
+        recipe=run.recipe_name,
+        cluster=cluster,
+        api_url=url,
+        engine="healthy" if healthy else "unreachable",
+        nodes=nodes,
+        kv_cache_usage=metrics.kv_cache_usage if metrics else None,
+        requests_running=metrics.requests_running if metrics else None,
+        requests_waiting=metrics.requests_waiting if metrics else None,
+        reasons=reasons,
+        release=run.release,
+    )
+
+
+def control_of(run: RunRecord, node: RunNode) -> Control:
+    return Control(kind=run.control, runtime=run.runtime_kind, layout=run.layout(node))
+
+
+def login_control(t: Transport, control: Control) -> Control:
+    """Commands that need root go through `sudo -n` for a non-root SSH login."""
+    if control.kind == "process":
+        return control
+    r = t.run(["id", "-u"])
+    return control if r.ok and r.stdout.strip() == "0" else control.with_sudo(("sudo", "-n"))
+
+
+def _transport(
+    run: RunRecord, node: RunNode, transports: Mapping[str, Transport] | None
+) -> Transport:
+    if transports is not None and node.name in transports:
+        return transports[node.name]
+    return transport_for(node, run.known_hosts)
+
+
+def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
+    """One node: its state file, the engine's liveness, processes and memory, or the
+    reason it is gone (the failure its log explains, else its last line)."""
+    try:
+        state = read_state(t, run.layout(node))
+    except DesksideError as exc:
+        reason = f"{node.name} ({node.role}): {exc.message}"
+        return NodeStatus(node.name, node.role, 0, "unreachable", 0, 0, reason)
+    if state is None:
+        reason = f"{node.name} ({node.role}): nothing started by deskside runs there"
+        return NodeStatus(node.name, node.role, 0, "exited", 0, 0, reason)
+    pid = state.pid or 0
+    control = login_control(t, control_of(run, node))
+    if control.alive(t, state):
+        processes, rss = control.stats(t, state)
+        return NodeStatus(node.name, node.role, pid, "running", rss, processes, None)
+    follower = LogFollower(node.name, state.log or run.unit)
+    events = follower.feed(control.tail(t, state, 200).encode())
+    last = next((e for e in reversed(events) if e.kind in FAILURE_EVENTS), None)
+    what = f"engine of release {state.release}" if state.release else f"process {pid}"
+    reason = f"{node.name} ({node.role}): {what} exited" + (
+        f" - {last.explanation}" if last else f"; last log line: {follower.last_line[:160]}"
+    )
+    return NodeStatus(node.name, node.role, pid, "exited", 0, 0, reason)
+
+
+def status(
+    run: RunRecord,
+    transports: Mapping[str, Transport] | None = None,
+    http_transport: httpx.BaseTransport | None = None,
+) -> ClusterStatus:
+    nodes = [node_status(run, n, _transport(run, n, transports)) for n in run.nodes]
+    reasons = [n.reason for n in nodes if n.reason]
+    with httpx.Client(transport=http_transport, timeout=10) as client:
+        return cluster_status(run, nodes, reasons, client)
+
+
+def down(
+    run: RunRecord, grace: float = 20.0, transports: Mapping[str, Transport] | None = None
+) -> list[str]:
+    """Stop the run's engines (head first, then workers) and the proxy; for a run on this
+    machine, remove the shared memory it left and the network namespaces it created. A
+    deployed run's releases stay on the nodes. Returns the nodes where something could not
+    be stopped."""
+    leftovers = []
+    for node in sorted(run.nodes, key=lambda n: n.role != "head"):
+        t = _transport(run, node, transports)
+        layout = run.layout(node)
+        state = read_state(t, layout)
+        if state is None:
+            continue
+        control = login_control(t, control_of(run, node))
+        if control.stop(t, state, grace):
+            remove_state(t, layout)
+        else:
+            leftovers.append(node.name)
+    here = LocalTransport()
+    if run.shm_before is not None:
+        here.run(node_sh.shm_clean(run.shm_before), timeout=60)
+    if run.network is not None and run.network.created:
+        for ns in run.network.created:
+            here.run(["ip", "netns", "del", ns])
+        listed = here.run(["ip", "netns", "list"]).stdout.split()
+        if not set(run.network.namespaces) & set(listed):
+            here.run(["ip", "link", "del", run.network.bridge])
+    if not leftovers:
+        remove_run(run.recipe_name)
+    return leftovers
+
+
+@dataclass
+class NodeLog:
+    node: str
+    transport: Transport
+    control: Control
+    state: NodeState
+    offset: int = 0
+
+
+def open_logs(
+    run: RunRecord, node: str | None, transports: Mapping[str, Transport] | None = None
+) -> list[NodeLog]:
+    """The engine logs of the run's nodes (all, or `node`)."""
+    chosen = [n for n in run.nodes if node in (None, n.name)]
+    if not chosen:
+        raise UsageError(f"no node {node!r}", hint="nodes: " + ", ".join(n.name for n in run.nodes))
+    out = []
+    for n in chosen:
+        t = _transport(run, n, transports)
+        state = read_state(t, run.layout(n))
+        if state is not None:
+            out.append(NodeLog(n.name, t, login_control(t, control_of(run, n)), state))
+    return out
+
+
+def log_tail(log: NodeLog, lines: int) -> str:
+    """The last `lines` of the node's engine log; `log_follow` goes on from its end."""
+    _, log.offset, _ = log.control.poll(log.transport, log.state, 1 << 62)
+    return log.control.tail(log.transport, log.state, lines)
+
+
+def log_follow(log: NodeLog) -> str:
+    _, log.offset, chunk = log.control.poll(log.transport, log.state, log.offset)
+    return chunk.decode(errors="replace")
+
+
+class RunCommands:
+    """`down`, `status` and `logs` of a run: the same for every runtime (they read the run
+    record and reach each node through its Transport)."""
+
+    def __init__(self, known_hosts: str | None = None) -> None:
+        self.known_hosts = known_hosts
+
+    def _transports(self, run: RunRecord) -> dict[str, Transport]:
+        kh = self.known_hosts or run.known_hosts
+        return {n.name: transport_for(n, kh) for n in run.nodes}
+
+    def down(self, run: RunRecord, grace: float = 20.0) -> list[str]:
+        return down(run, grace, self._transports(run))
+
+    def status(self, run: RunRecord) -> ClusterStatus:
+        return status(run, self._transports(run))
+
+    def logs(self, run: RunRecord, node: str | None = None) -> list[NodeLog]:
+        return open_logs(run, node, self._transports(run))
