@@ -44,7 +44,8 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from deskside.errors import Location, RecipeError
-from deskside.recipe.types import Recipe, RecipeProblems, did_you_mean
+from deskside.recipe.problems import RecipeProblems, did_you_mean
+from deskside.recipe.types import Recipe
 
 MAX_RECIPE_BYTES = 1024 * 1024  # a recipe is a page of text; refuse anything absurd
 MAX_VALUES = 20_000  # values after expanding YAML aliases ("billion laughs" guard)
