@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deskside.errors import RecipeError
-from deskside.recipe import format_recipe_error, load_recipe
+from deskside.recipe.load import format_recipe_error, load_recipe
 
 BAD = Path(__file__).parent / "bad_recipes"
 EXPECT = re.compile(r"# expect: (?P<line>\d+)(?::(?P<col>\d+))? (?P<text>.+)")

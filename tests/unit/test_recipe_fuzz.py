@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from deskside.errors import RecipeError
-from deskside.recipe import Recipe, format_recipe_error, load_recipe_text
+from deskside.recipe.load import format_recipe_error, load_recipe_text
+from deskside.recipe.types import Recipe
 
 LOCAL = Path(__file__).resolve().parents[2] / "recipes" / "local-tiny.yaml"
 LOCAL_TEXT = LOCAL.read_text(encoding="utf-8")

@@ -13,14 +13,14 @@ from ruamel.yaml import YAML
 
 from deskside.errors import RecipeError
 from deskside.hardware import PROFILES
-from deskside.recipe import (
-    Recipe,
+from deskside.recipe.load import (
     format_recipe_error,
     load_recipe,
     load_recipe_text,
-    recipe_json_schema,
     resolve_path,
 )
+from deskside.recipe.schema import recipe_json_schema
+from deskside.recipe.types import Recipe
 from deskside.units import GIB, format_bytes, format_gib, parse_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

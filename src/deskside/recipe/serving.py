@@ -1,0 +1,311 @@
+"""What a recipe serves and how: Model, Speculative, Engine, Runtime, Proxy, Monitoring, Guard.
+
+Validators that look at several fields of one section call `deskside.recipe.rules`. Import
+these models from `deskside.recipe.types`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from deskside.recipe.problems import raise_problems
+from deskside.recipe.rules import (
+    alias_problems,
+    draft_model_problems,
+    kv_cache_problems,
+    managed_flag_problems,
+    model_source_problems,
+)
+from deskside.recipe.values import (
+    MODEL_CONFIG,
+    AbsolutePath,
+    ByteSize,
+    EnvName,
+    MaxModelLen,
+    NoSpace,
+    Port,
+    PositiveByteSize,
+    PromDuration,
+    Repo,
+    Revision,
+    ShmSize,
+    SpeculativeMethod,
+)
+
+WeightsFormat = Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp8+mxfp4"]
+
+
+class Model(BaseModel):
+    """What is served, and under which names."""
+
+    model_config = MODEL_CONFIG
+
+    repo: Repo | None = Field(
+        None,
+        description="Hugging Face repository id 'org/name'. Exactly one of repo and path.",
+    )
+    revision: Revision | None = Field(
+        None,
+        description="The repository commit to serve: a 40-character lowercase hex hash "
+        "(required with repo; branches and tags are refused because they move).",
+    )
+    path: NoSpace | None = Field(
+        None,
+        description="Local model folder (config.json, tokenizer, weights). Relative paths "
+        "are relative to the recipe file. Exactly one of repo and path.",
+    )
+    config: NoSpace | None = Field(
+        None,
+        description="A config.json for offline planning (no download), relative to the "
+        "recipe file.",
+    )
+    served_name: NoSpace = Field(
+        description="Model name clients send (OpenAI 'model' field), e.g. deepseek-v4-flash."
+    )
+    aliases: list[NoSpace] = Field(
+        default_factory=list,
+        description="More names clients may use for the same model (vLLM --served-model-name "
+        "takes them all; the proxy routes them).",
+    )
+    weights_format: WeightsFormat | None = Field(
+        None,
+        description="Weight quantisation: bf16, fp16, fp8, nvfp4, mxfp4 or fp8+mxfp4. None: "
+        "read from the model config.",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Model:
+        raise_problems(
+            [
+                *model_source_problems(repo=self.repo, revision=self.revision, path=self.path),
+                *alias_problems(self.served_name, self.aliases),
+            ]
+        )
+        return self
+
+    @property
+    def all_names(self) -> list[str]:
+        """Every name the model answers to: served_name first, then the aliases."""
+        return [self.served_name, *self.aliases]
+
+
+class Speculative(BaseModel):
+    """Speculative decoding (vLLM --speculative-config)."""
+
+    model_config = MODEL_CONFIG
+
+    method: SpeculativeMethod = Field(
+        description="Proposer: mtp, dspark, eagle, eagle3, ngram, draft_model, ..."
+    )
+    num_speculative_tokens: int = Field(ge=1, description="Draft tokens proposed per step.")
+    draft_sample_method: NoSpace | None = Field(
+        None, description="How draft tokens are sampled, e.g. 'probabilistic' (DSpark)."
+    )
+    model: NoSpace | None = Field(
+        None, description="Draft model (repo or path) for eagle/eagle3/draft_model."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further keys passed through to --speculative-config unchanged.",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Speculative:
+        raise_problems(draft_model_problems(method=self.method, model=self.model))
+        return self
+
+
+class Engine(BaseModel):
+    """The vLLM engine: version, container image and every serving setting."""
+
+    model_config = MODEL_CONFIG
+
+    vllm_version: NoSpace = Field(
+        description='The vLLM version the engine runs (quote it: "0.32.0"). Planning '
+        "follows this version's memory accounting."
+    )
+    image: NoSpace | None = Field(
+        None,
+        description="Container image with vLLM. With runtime.kind 'container' it must be "
+        "pinned by digest: name:tag@sha256:<64 hex>.",
+    )
+    device: Literal["gpu", "cpu"] = Field(
+        "gpu", description="What vLLM runs on; must match the nodes' hardware profiles."
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="Tensor-parallel ranks (vLLM --tensor-parallel-size)."
+    )
+    pipeline_parallel_size: int = Field(
+        1, ge=1, description="Pipeline-parallel stages (vLLM --pipeline-parallel-size)."
+    )
+    nnodes: int = Field(
+        1, ge=1, description="Number of nodes the engine spans; must equal the node count."
+    )
+    host: NoSpace | None = Field(
+        None,
+        description="Address the API server binds on the head (vLLM --host). None: all addresses.",
+    )
+    port: Port = Field(8000, description="Port of the OpenAI-compatible API on the head node.")
+    kv_cache_dtype: Literal[
+        "auto", "bfloat16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "nvfp4_ds_mla"
+    ] = Field("auto", description="KV cache element type (vLLM --kv-cache-dtype).")
+    block_size: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens per KV cache block (vLLM --block-size). None: the attention "
+        "backend's default.",
+    )
+    max_model_len: MaxModelLen = Field(
+        "auto",
+        description="Longest context (prompt + output) in tokens, or 'auto': the longest "
+        "that fits, as planned by deskside.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="Token budget of one scheduler step (prefill chunk size)."
+    )
+    max_num_seqs: int | None = Field(None, ge=1, description="Most sequences decoded concurrently.")
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of device memory vLLM may use (0-1]. On unified-memory hosts "
+        "the rest is all the OS has. Not together with kv_cache_memory.",
+    )
+    kv_cache_memory: PositiveByteSize | None = Field(
+        None,
+        description="Exact KV cache size per rank (e.g. '1GiB'; vLLM --kv-cache-memory-bytes). "
+        "Required on CPU. Not together with gpu_memory_utilization.",
+    )
+    speculative: Speculative | None = Field(None, description="Speculative decoding. None: off.")
+    enable_prefix_caching: bool = Field(True, description="Reuse KV of repeated prompt prefixes.")
+    enable_chunked_prefill: bool = Field(
+        True, description="Prefill long prompts in chunks interleaved with decode."
+    )
+    async_scheduling: bool = Field(
+        False, description="Overlap scheduling with execution (vLLM --async-scheduling)."
+    )
+    enforce_eager: bool = Field(False, description="Disable CUDA graphs (vLLM --enforce-eager).")
+    load_format: NoSpace = Field(
+        "auto", description="How weights are loaded (vLLM --load-format); 'dummy' = random."
+    )
+    dtype: NoSpace = Field("auto", description="Activation/weight dtype (vLLM --dtype).")
+    distributed_executor_backend: Literal["mp", "ray"] = Field(
+        "mp", description="Multi-process ('mp', no Ray) or Ray executor."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More `vllm serve` arguments, passed as given (e.g. --tool-call-parser "
+        "deepseek_v4). Flags deskside derives from other fields are refused here.",
+    )
+    env: dict[EnvName, str] = Field(
+        default_factory=dict,
+        description="Environment variables for every engine process. Values are strings: "
+        'quote numbers ("0").',
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Engine:
+        raise_problems(
+            [
+                *kv_cache_problems(
+                    device=self.device,
+                    gpu_memory_utilization=self.gpu_memory_utilization,
+                    kv_cache_memory=self.kv_cache_memory,
+                ),
+                *managed_flag_problems(self.extra_args),
+            ]
+        )
+        return self
+
+
+class Runtime(BaseModel):
+    """How the engine runs on each node."""
+
+    model_config = MODEL_CONFIG
+
+    kind: Literal["container", "native"] = Field(
+        "container",
+        description="'container': the engine image under Docker (host network); 'native': "
+        "a Python environment with vLLM installed on the node.",
+    )
+    root: AbsolutePath = Field(
+        "/opt/deskside", description="Folder on every node for deskside's files."
+    )
+    hf_cache: AbsolutePath = Field(
+        "/var/lib/deskside/hf-cache",
+        description="Hugging Face cache on every node (weights, and vLLM/FlashInfer caches).",
+    )
+    shm_size: ShmSize = Field(
+        "64g", description="Shared memory for the container (Docker --shm-size)."
+    )
+    python: NoSpace | None = Field(
+        None, description="native: the Python interpreter that has vLLM. None: 'python3'."
+    )
+    systemd: bool = Field(
+        True, description="Install systemd units so the service comes back after a reboot."
+    )
+
+
+class Proxy(BaseModel):
+    """An OpenAI-compatible proxy in front of the engine."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool = Field(False, description="Run the proxy on the head node.")
+    kind: Literal["litellm"] = Field("litellm", description="Proxy implementation.")
+    port: Port = Field(4000, description="Port the proxy listens on.")
+    master_key_file: NoSpace | None = Field(
+        None,
+        description="File on the head node holding the proxy's master key. None: no key.",
+    )
+
+
+class Monitoring(BaseModel):
+    """Prometheus, Grafana and node_exporter."""
+
+    model_config = MODEL_CONFIG
+
+    enabled: bool = Field(
+        False, description="Deploy Prometheus and Grafana (head) and node_exporter (every node)."
+    )
+    prometheus_port: Port = Field(9090, description="Prometheus port on the head node.")
+    grafana_port: Port = Field(3000, description="Grafana port on the head node.")
+    node_exporter_port: Port = Field(9100, description="node_exporter port on every node.")
+    scrape_interval: PromDuration = Field(
+        "15s", description="Prometheus scrape interval (a Prometheus duration: 15s, 1m)."
+    )
+
+
+class Guard(BaseModel):
+    """Run-time safety limits."""
+
+    model_config = MODEL_CONFIG
+
+    min_headroom: ByteSize | None = Field(
+        None,
+        description="Least memory left outside vLLM on a node (e.g. '21GiB'); overrides the "
+        "hardware profile's safety floor.",
+    )
+    kv_usage_warn: float = Field(
+        0.9, gt=0, le=1, description="Warn when KV cache usage passes this fraction."
+    )
+    min_spec_acceptance: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Warn when the speculative draft acceptance rate falls below this.",
+    )
+
+
+__all__ = [
+    "Engine",
+    "Guard",
+    "Model",
+    "Monitoring",
+    "Proxy",
+    "Runtime",
+    "Speculative",
+    "WeightsFormat",
+]
