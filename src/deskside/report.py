@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from deskside.planner.plan import Plan
 from deskside.runtime.pipeline import UpReport
@@ -87,7 +88,7 @@ def print_transcript(console: Console, report: UpReport) -> None:
         if line["stage"] != stage:
             stage = line["stage"]
             console.print(f"[bold]{stage}[/]")
-        console.print(f"  [cyan]{line['node']}[/] {line['op']}", highlight=False, markup=False)
+        console.print(Text.assemble(("  " + line["node"], "cyan"), " " + line["op"]))
 
 
 def print_up(out: Console, err: Console, r: UpReport) -> None:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from deskside.bench.compare import compare
 from deskside.bench.models import SCHEMA_VERSION, BenchConfig, BenchResult
-from deskside.bench.outputs import write_all
+from deskside.bench.outputs.all import write_all
 from deskside.bench.outputs.csv import CELL_COLUMNS, REQUEST_COLUMNS
 from deskside.bench.outputs.json import read_json
 from deskside.bench.runner import run_bench

@@ -103,7 +103,7 @@ def bench(
     """Run the matrix (or --probe-context) against --url."""
     if ctx.invoked_subcommand is not None:
         return
-    from deskside.bench.outputs import write_all
+    from deskside.bench.outputs.all import write_all
     from deskside.bench.outputs.json import dumps
     from deskside.bench.report import print_result
     from deskside.bench.runner import config_from, run_bench

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -69,6 +69,7 @@ class LocalStart:
         say: Progress,
         python: str,
         now: Callable[[], datetime],
+        transports: Mapping[str, Transport] | None = None,
     ) -> None:
         self.recipe, self.recipe_path, self.plan = recipe, recipe_path, plan
         self.options, self.say, self.now = options, say, now
@@ -83,9 +84,10 @@ class LocalStart:
         assert head.probe_url is not None
         self.api_url = head.probe_url
         self.net = localnet.local_net(recipe)
-        self.transports: dict[str, Transport] = {HERE: LocalTransport()}
+        self.transports: dict[str, Transport] = dict(transports or {})
+        self.transports.setdefault(HERE, LocalTransport())
         for n in recipe.cluster.nodes:
-            self.transports[n.name] = LocalTransport(netns=n.netns)
+            self.transports.setdefault(n.name, LocalTransport(netns=n.netns))
         self.kind = control_kind(recipe.runtime.systemd, recipe.runtime.kind)
         self.executed = Executed()
         self.report = UpReport(
@@ -289,17 +291,48 @@ class LocalStart:
         ]
 
 
+def start_here(
+    recipe: Recipe,
+    recipe_path: Path,
+    plan: Plan,
+    options: UpOptions | None = None,
+    *,
+    transports: Mapping[str, Transport] | None = None,
+    progress: Progress | None = None,
+    python: str | None = None,
+    now: Callable[[], datetime] | None = None,
+) -> UpReport:
+    """Run the stages (see the module docstring). Never raises for a failed stage: the
+    report says what failed. `transports` (tests) replace this machine's, by node name and
+    `local` for the root namespace."""
+    options = options or UpOptions()
+    say = progress or (lambda _msg: None)
+    start = LocalStart(
+        recipe,
+        recipe_path,
+        plan,
+        options,
+        say,
+        python or sys.executable,
+        now or (lambda: datetime.now(UTC)),
+        transports,
+    )
+    run_stages(
+        start.stages(),
+        start.report,
+        start.transports,
+        start.executed,
+        dry_run=options.dry_run,
+        say=say,
+        rollback=start.rollback,
+    )
+    return start.report
+
+
 class LocalRuntime(RunCommands):
     """Nodes on this machine (processes or network namespaces)."""
 
     name = "local"
-
-    def __init__(
-        self, python: str | None = None, now: Callable[[], datetime] | None = None
-    ) -> None:
-        super().__init__()
-        self.python = python or sys.executable
-        self.now = now or (lambda: datetime.now(UTC))
 
     def up(
         self,
@@ -309,15 +342,4 @@ class LocalRuntime(RunCommands):
         options: UpOptions,
         progress: Progress | None = None,
     ) -> UpReport:
-        say = progress or (lambda _msg: None)
-        start = LocalStart(recipe, recipe_path, plan, options, say, self.python, self.now)
-        run_stages(
-            start.stages(),
-            start.report,
-            start.transports,
-            start.executed,
-            dry_run=options.dry_run,
-            say=say,
-            rollback=start.rollback,
-        )
-        return start.report
+        return start_here(recipe, recipe_path, plan, options, progress=progress)

@@ -1,7 +1,2 @@
-"""Transports: the only way deskside touches a host (run, spawn, put, get)."""
-
-from deskside.transport.base import Result, Transport
-from deskside.transport.fake import FakeTransport
-from deskside.transport.local import LocalTransport
-
-__all__ = ["FakeTransport", "LocalTransport", "Result", "Transport"]
+"""Transports: the only way deskside touches a host (run, spawn, put, get): `base` (the
+Protocol), `local` (this machine, or one of its network namespaces), `ssh`, `fake`."""

@@ -1,0 +1,148 @@
+"""The shape of the code base: no import cycle anywhere in src/deskside, counting every
+import statement (those inside functions too, and a `from deskside.x import y` as an import
+of the package `deskside.x` as well); no module over 500 lines; the pure core (recipe,
+planner, layout, launch, render) imports nothing that touches a host."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).parents[2] / "src"
+MAX_LINES = 500
+PURE = (
+    "deskside.recipe",
+    "deskside.planner",
+    "deskside.layout",
+    "deskside.engine.launch",
+    "deskside.render",
+)
+HOST_TOUCHING = (
+    "deskside.transport",
+    "deskside.runtime",
+    "deskside.deploy",
+    "deskside.cli",
+    "subprocess",
+    "httpx",
+    "asyncssh",
+    "socket",
+)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((SRC / "deskside").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module `name` imports (any import statement, anywhere in the file): the
+    deepest known module each imported name resolves to, and every package on the way."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for target in targets:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                candidate = ".".join(parts[:i])
+                if candidate in known and candidate != name:
+                    found.add(candidate)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports(name, path, known) for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle() -> None:
+    g = graph()
+    # packages count as modules: deskside.planner.x imports deskside.planner too
+    assert "deskside.planner" in g["deskside.planner.plan"] or not g["deskside.planner.plan"]
+    assert cycles(g) == []
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_module_size(name: str) -> None:
+    lines = modules()[name].read_text().count("\n")
+    assert lines <= MAX_LINES, f"{name}: {lines} lines (split it along its seams)"
+
+
+def test_the_core_is_pure() -> None:
+    """Recipe, planner, layout, launch and render reach no host: no transport, runtime,
+    subprocess or network client, directly or through anything they import."""
+    g = graph()
+    mods = modules()
+    for name in mods:
+        if not name.startswith(PURE):
+            continue
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            todo += g.get(current, set())
+        source = {m for m in seen if m.startswith(HOST_TOUCHING)}
+        assert not source, f"{name} reaches {sorted(source)}"
+        text = mods[name].read_text()
+        for lib in ("subprocess", "httpx", "asyncssh", "socket"):
+            assert f"import {lib}" not in text, f"{name} imports {lib}"
