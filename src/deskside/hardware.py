@@ -25,9 +25,10 @@ class HardwareProfile:
     attention_backend: str  # the backend vLLM picks by default there (block-size rules)
 
 
-# GB10: 128 GB LPDDR5X, of which the GPU reports about 121.6 GiB (REFERENCE.md §8; the seed
-# says "121 GB usable"). The floor is calibrated on published runs: 0.82 (21.9 GiB left)
-# served for months; 0.835 (20.1 GiB left) was killed during FlashInfer autotune.
+# GB10: 128 GB LPDDR5X, of which the GPU reports about 121.6 GiB (published two-Spark
+# setups say "121 GB usable"). The floor is calibrated on published runs: 0.82 (21.9 GiB
+# left) served for months; 0.835 (20.1 GiB left) was killed during FlashInfer autotune
+# (docs/flagship.md #10).
 PROFILES: dict[str, HardwareProfile] = {
     p.name: p
     for p in (

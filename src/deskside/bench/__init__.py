@@ -1,4 +1,5 @@
-"""deskside bench: the seed's table, measured honestly.
+"""deskside bench: TTFT, prefill, decode and aggregate tok/s per prompt length x
+concurrency, with the server's own counters, measured honestly.
 
 Layers (inner ones never import outer ones): ``workload`` (matrix, exact-length prompts)
 -> ``client`` (streaming) -> ``metrics`` / ``server_metrics`` (pure) -> ``runner``

@@ -8,7 +8,7 @@ would be taken after several coroutine hops. Here a chunk's arrival time is read
 monotonic clock in ``data_received`` - before any parsing - and the whole stream is
 parsed inside that callback; the awaiting task wakes once, at the end.
 
-What the client does about the known pitfalls (REFERENCE §5):
+What the client does about the known pitfalls of benchmark clients (docs/bench.md):
 
 - connection set-up is never inside TTFT: a connection is taken from the pool (or opened,
   timed as ``connect_s``) *before* the request's ``sent`` timestamp;

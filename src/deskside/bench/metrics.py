@@ -1,4 +1,5 @@
-"""Client-side metrics from per-request records - pure functions, REFERENCE §5 exactly.
+"""Client-side metrics from per-request records - pure functions, as docs/bench.md defines
+them.
 
 - TTFT: request sent -> first chunk carrying a generated token (reasoning included).
 - Decode time = E2E - TTFT, E2E ending at the last chunk carrying a token.

@@ -24,7 +24,8 @@ class Strict(BaseModel):
 
 
 class BenchConfig(Strict):
-    """What to measure and how. Defaults reproduce the seed's matrix."""
+    """What to measure and how. Defaults cover the flagship's reference matrix (prompt
+    lengths 256 to 32,768 tokens, concurrency 1 to 6)."""
 
     url: str = Field(description="Server base URL, e.g. http://127.0.0.1:8000")
     model: str | None = Field(None, description="Served model name; default: the server's first")
@@ -116,7 +117,7 @@ class Stats(Strict):
 
 
 class CellMetrics(Strict):
-    """Client-side metrics of one cell, as defined in REFERENCE §5 (see docs/bench.md)."""
+    """Client-side metrics of one cell, as defined in docs/bench.md."""
 
     requests: int
     succeeded: int

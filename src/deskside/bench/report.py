@@ -1,4 +1,4 @@
-"""Terminal report (rich): the seed's table, the server's own figures, and what to doubt."""
+"""Terminal report (rich): the benchmark table, the server's own figures, and what to doubt."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def three(s: Stats | None, scale: float, digits: int) -> str:
     return f"{values} (n={s.n})"
 
 
-def seed_table(result: BenchResult) -> Table:
+def matrix_table(result: BenchResult) -> Table:
     """Prompt | Concurrency | TTFT (s) | Prefill tok/s | Decode tok/s | Aggregate tok/s."""
     table = Table(
         title=f"deskside bench - {result.model} @ {result.url} ({result.endpoint})",
@@ -175,7 +175,7 @@ def print_result(console: Console, result: BenchResult, detail: bool = False) ->
     if result.probe is not None:
         print_probe(console, result.probe)
     if result.cells:
-        console.print(seed_table(result))
+        console.print(matrix_table(result))
         if detail:
             console.print(detail_table(result))
         server = server_table(result)

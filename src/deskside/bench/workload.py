@@ -80,7 +80,7 @@ class Cell:
 
 
 def matrix(config: BenchConfig) -> list[Cell]:
-    """Cells in the seed's order: prompt length outer, concurrency inner."""
+    """Cells in table order: prompt length outer, concurrency inner."""
     return [Cell(p, c) for p in config.prompt_lens for c in config.concurrency]
 
 

@@ -15,7 +15,7 @@ from deskside.cli.common import JsonFlag, emit_json, fail
 from deskside.errors import DesksideError, UsageError
 
 app = typer.Typer(
-    help="Benchmark an OpenAI-compatible server the way the seed's table reads: prompt "
+    help="Benchmark an OpenAI-compatible server: prompt "
     "length x concurrency -> TTFT, prefill, decode and aggregate tok/s, plus the server's "
     "own counters (speculative acceptance, prefix cache, preemptions).",
     no_args_is_help=False,

@@ -1,6 +1,6 @@
 """RoCEv2 GID selection for NCCL_IB_GID_INDEX, and drift against a running configuration.
 
-The rule (REFERENCE §6, seed decision 5), per listed RDMA device and port:
+The rule (docs/fabric.md, docs/flagship.md #7), per listed RDMA device and port:
 
 1. the port must be ACTIVE;
 2. exactly one GID entry must be `RoCE v2`, carry the IPv4-mapped form of the node's fabric

@@ -4,7 +4,7 @@ The result plugs into `deskside.engine.launch.node_env` (and
 `launch_plan(..., fabric_env={node: env})`); the recipe's own `cluster.fabric.nccl_env`
 is applied after it there, so a user can still override any value.
 
-- `roce`: the seed's proven GB10 environment (REFERENCE §6, seed decisions 4-6): NCCL over
+- `roce`: the environment proven on two GB10 nodes (docs/flagship.md #6-#8): NCCL over
   IB verbs on RoCEv2 with IPv4 GIDs. NCCL_IB_GID_INDEX is per node and is only written when
   a resolved index is passed in; otherwise `gid_index_at_launch` is set and the launch
   script must export it (`deskside.fabric.launch_sh`). An empty value is never emitted:
@@ -82,7 +82,7 @@ def node_fabric_env(recipe: Recipe, node: Node, gid_index: int | None = None) ->
             warnings.append(
                 f"cluster.fabric.nccl_env hardcodes {GID_INDEX_VAR}="
                 f"{fabric.nccl_env[GID_INDEX_VAR]!r}: it overrides the per-node resolution, "
-                "differs per node (head 7, worker 3 on the seed's Sparks) and drifts after "
+                "differs per node (e.g. 7 on one DGX Spark, 3 on the other) and drifts after "
                 "reboots; remove it"
             )
     elif transport == "socket":

@@ -1,5 +1,5 @@
-"""Per-node `compose.yaml` for the container runtime (seed #39/#40 and the public two-Spark
-stacks): the engine image pinned by digest, host network and IPC, a large /dev/shm,
+"""Per-node `compose.yaml` for the container runtime (docs/flagship.md #31-#33, as public
+two-Spark stacks run it): the engine image pinned by digest, host network and IPC, a large /dev/shm,
 unlimited memlock, `/dev/infiniband` for RoCE, `restart: unless-stopped`, the Hugging Face
 cache and the autotune/compile cache as volumes, the environment from node.env, and
 launch.sh (mounted read-only) as the entrypoint.

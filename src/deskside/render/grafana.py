@@ -2,9 +2,9 @@
 (`grafana-foundation-sdk`, pinned in pyproject) and written as JSON with sorted keys:
 `cluster/grafana/dashboards/deskside-<recipe>.json`.
 
-Three rows, as the seed's blueprint has them: vLLM (requests, KV cache, latency, tokens,
+Three rows, as published two-Spark dashboards have them: vLLM (requests, KV cache, latency, tokens,
 prefix cache, speculative acceptance), memory and GPU, and RoCE. Metric sources:
-- vLLM's /metrics (REFERENCE §4);
+- vLLM's /metrics;
 - node_exporter: `node_memory_*`, and the RoCE port counters of its `infiniband`
   collector (`node_infiniband_port_data_{received,transmitted}_bytes_total`, ...);
 - deskside's exporter (`GPU_METRICS`): GB10 GPU readings that DCGM does not report.

@@ -10,7 +10,7 @@ Scrape jobs:
   (guard figures, GPU readings, the resolved GID index);
 - `prometheus`: itself.
 
-Alerts (vLLM metric names as REFERENCE §4 lists them):
+Alerts (vLLM's own metric names, as its /metrics exports them):
 - EngineDown: the head's /metrics does not answer;
 - KVCacheUsageHigh: `vllm:kv_cache_usage_perc` (a 0-1 fraction) above guard.kv_usage_warn;
 - MemoryHeadroomLow: a node's MemAvailable under `MEMORY_AVAILABLE_WARN` of MemTotal (on
@@ -33,9 +33,9 @@ DESKSIDE_EXPORTER_PORT = 9478
 node_exporter, 9400 DCGM exporter, 9090 Prometheus)."""
 
 MEMORY_AVAILABLE_WARN = 0.05
-"""MemoryHeadroomLow fires when MemAvailable is under this fraction of MemTotal. The seed's
-head sat at ~1% free (1.3 GB of 128 GB) before its cleanup; a planned GB10 at 0.82 keeps
-~12% available."""
+"""MemoryHeadroomLow fires when MemAvailable is under this fraction of MemTotal. A published
+two-Spark head sat at ~1% free (1.3 GB of 128 GB) while a leftover engine still ran
+(docs/flagship.md #28); a planned GB10 at 0.82 keeps ~12% available."""
 
 RULES_FILE = "rules/deskside.rules.yml"
 

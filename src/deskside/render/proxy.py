@@ -1,5 +1,5 @@
 """The LiteLLM proxy on the head: `cluster/litellm/config.yaml` routes the served name and
-every alias to the engine on the head (seed decision #2: clients send the served name),
+every alias to the engine on the head (clients send the served name; docs/flagship.md #2),
 and `cluster/litellm/run-proxy.sh` starts it.
 
 The master key never appears in a rendered file: the config names an environment variable
@@ -77,7 +77,7 @@ def render_run_proxy(ctx: RenderContext) -> str:
         "fi",
         f'{MASTER_KEY_ENV}=$(cat "$key_file")',
         f"export {MASTER_KEY_ENV}",
-        "# no network at start-up (REFERENCE §3)",
+        "# no network at start-up: use the cost map bundled with LiteLLM",
         "export LITELLM_LOCAL_MODEL_COST_MAP=True",
         f'exec litellm --config "$here/config.yaml" --host {sh(recipe.head.address)} '
         f"--port {recipe.proxy.port}",

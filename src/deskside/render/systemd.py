@@ -1,6 +1,6 @@
 """Per-node systemd unit `deskside-<recipe>.service`.
 
-- container runtime: the seed's wrapper (#40) — `Type=oneshot` + `RemainAfterExit=yes`
+- container runtime (docs/flagship.md #33): `Type=oneshot` + `RemainAfterExit=yes`
   around `docker compose up -d` / `down`; Docker itself keeps the container running
   (`restart: unless-stopped`), the unit is the bookkeeping that brings it back at boot.
 - native runtime: a plain service running launch.sh (in the node's network namespace when

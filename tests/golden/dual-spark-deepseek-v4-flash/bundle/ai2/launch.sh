@@ -26,7 +26,7 @@ export VLLM_CACHE_ROOT=/var/lib/deskside/hf-cache/vllm
 export VLLM_HOST_IP=192.168.100.2
 export VLLM_USE_BREAKABLE_CUDAGRAPH=0
 
-# RoCE (seed #5): resolve NCCL_IB_GID_INDEX from this node's sysfs at every start, since
+# RoCE: resolve NCCL_IB_GID_INDEX from this node's sysfs at every start, since
 # GID indexes drift after reboots and address changes. Fails closed: never an empty index.
 deskside_read() {
   _ds_v=

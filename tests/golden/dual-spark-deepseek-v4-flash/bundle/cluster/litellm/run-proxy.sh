@@ -14,6 +14,6 @@ if [ ! -r "$key_file" ]; then
 fi
 LITELLM_MASTER_KEY=$(cat "$key_file")
 export LITELLM_MASTER_KEY
-# no network at start-up (REFERENCE §3)
+# no network at start-up: use the cost map bundled with LiteLLM
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 exec litellm --config "$here/config.yaml" --host 192.168.0.27 --port 4000
