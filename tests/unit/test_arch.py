@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deskside.errors import ModelConfigError
-from deskside.planner.arch import read_arch
+from deskside.planner.registry import read_arch
 
 BASE = {
     "hidden_size": 1024,
@@ -105,7 +105,7 @@ def test_missing_field_is_named() -> None:
 
 
 def test_derived_max_model_len_follows_vllm() -> None:
-    from deskside.planner.arch import derived_max_model_len
+    from deskside.planner.families.hf_config import derived_max_model_len
 
     # linear RoPE scaling multiplies the limit; YaRN's max_position_embeddings is already
     # scaled; the smallest length key wins
