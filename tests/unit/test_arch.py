@@ -137,3 +137,25 @@ def test_over_the_model_limit_is_refused_like_vllm(tmp_path: object) -> None:
         "User-specified max_model_len (40000) is greater than the derived max_model_len "
         "(max_position_embeddings=32768"
     )
+
+
+def test_allow_long_max_model_len_reads_the_env_like_vllm(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from deskside.hardware import PROFILES
+    from deskside.planner.inputs import read_model_dir
+    from deskside.planner.plan import PlanInput, plan
+    from deskside.planner.types import EngineRequest
+    from deskside.tiny import write_tiny_model
+
+    arch = read_model_dir(write_tiny_model("llama", Path(str(tmp_path)) / "m"))  # 32,768
+    for value, allowed in (("1", True), ("True", True), (" true ", True), ("0", False)):
+        req = EngineRequest(
+            device="cpu",
+            kv_cache_memory=1024**3,
+            max_model_len=40000,
+            env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": value},
+        )
+        p = plan(PlanInput(arch, req, PROFILES["cpu"]))
+        assert p.fits is allowed, value
+        assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in w for w in p.warnings) is allowed

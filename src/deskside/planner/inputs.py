@@ -135,7 +135,6 @@ def request_from_recipe(recipe: Recipe, hw: HardwareProfile, o: Overrides) -> En
         enforce_eager=e.enforce_eager,
         vllm_version=e.vllm_version,
         device_total_bytes=hw.total_bytes,
-        allow_long_max_model_len=e.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1",
         env=dict(e.env),
     )
     return apply_overrides(req, o)

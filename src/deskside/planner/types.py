@@ -206,8 +206,14 @@ class EngineRequest:
     enforce_eager: bool = False
     vllm_version: str = "0.32.0"
     device_total_bytes: int = 0  # the device's reported total memory (batch defaults)
-    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the env
     env: Mapping[str, str] = field(default_factory=dict)  # the engine's environment
+
+    @property
+    def allow_long_max_model_len(self) -> bool:
+        """VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (or true): vLLM accepts a max_model_len over the
+        model's limit (_get_and_verify_max_len; envs.py parses "1"/"true", any case)."""
+        value = self.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")
+        return value.strip().lower() in ("1", "true")
 
 
 @dataclass(frozen=True)
