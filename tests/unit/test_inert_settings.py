@@ -34,6 +34,7 @@ DEEPSEEK_V3 = read_arch(
         "qk_rope_head_dim": 16,
         "qk_nope_head_dim": 32,
         "v_head_dim": 32,
+        "num_nextn_predict_layers": 1,
     }
 )
 V4_CONFIG = Path(__file__).parents[2] / "recipes" / "dual-spark-deepseek-v4-flash" / "config.json"
@@ -217,3 +218,27 @@ def test_deepseek_v4_block_size_is_forced_on_cpu() -> None:
     assert "engine.enable_chunked_prefill" not in fired(
         arch, EngineRequest(**CPU, enable_chunked_prefill=True)
     )
+
+
+def test_recipe_defaults_are_not_reported_only_what_the_recipe_sets() -> None:
+    from deskside.hardware import get_profile
+    from deskside.planner.inputs import Overrides, request_from_recipe
+    from deskside.recipe.load import load_recipe_text
+
+    path = Path(__file__).parents[2] / "recipes" / "local-tiny.yaml"
+    text = path.read_text()
+    recipe = load_recipe_text(text, str(path))
+    req = request_from_recipe(recipe, get_profile("cpu"), Overrides())
+    assert req.enable_chunked_prefill is True and req.enable_prefix_caching is True
+    assert {"engine.enable_chunked_prefill", "engine.enable_prefix_caching"} <= fired(
+        DEEPSEEK_V3, req
+    )
+    # the same recipe without the two lines leaves vLLM's defaults: nothing to report
+    trimmed = "\n".join(
+        line
+        for line in text.splitlines()
+        if not line.lstrip().startswith(("enable_chunked_prefill:", "enable_prefix_caching:"))
+    )
+    req = request_from_recipe(load_recipe_text(trimmed, str(path)), get_profile("cpu"), Overrides())
+    assert req.enable_chunked_prefill is None and req.enable_prefix_caching is None
+    assert fired(DEEPSEEK_V3, req) == set()
