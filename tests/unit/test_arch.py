@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deskside.errors import ModelConfigError
-from deskside.planner.arch import read_arch
+from deskside.planner.registry import read_arch
 
 BASE = {
     "hidden_size": 1024,
@@ -105,7 +105,7 @@ def test_missing_field_is_named() -> None:
 
 
 def test_derived_max_model_len_follows_vllm() -> None:
-    from deskside.planner.arch import derived_max_model_len
+    from deskside.planner.families.hf_config import derived_max_model_len
 
     # linear RoPE scaling multiplies the limit; YaRN's max_position_embeddings is already
     # scaled; the smallest length key wins
@@ -137,3 +137,25 @@ def test_over_the_model_limit_is_refused_like_vllm(tmp_path: object) -> None:
         "User-specified max_model_len (40000) is greater than the derived max_model_len "
         "(max_position_embeddings=32768"
     )
+
+
+def test_allow_long_max_model_len_reads_the_env_like_vllm(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from deskside.hardware import PROFILES
+    from deskside.planner.inputs import read_model_dir
+    from deskside.planner.plan import PlanInput, plan
+    from deskside.planner.types import EngineRequest
+    from deskside.tiny import write_tiny_model
+
+    arch = read_model_dir(write_tiny_model("llama", Path(str(tmp_path)) / "m"))  # 32,768
+    for value, allowed in (("1", True), ("True", True), (" true ", True), ("0", False)):
+        req = EngineRequest(
+            device="cpu",
+            kv_cache_memory=1024**3,
+            max_model_len=40000,
+            env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": value},
+        )
+        p = plan(PlanInput(arch, req, PROFILES["cpu"]))
+        assert p.fits is allowed, value
+        assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in w for w in p.warnings) is allowed

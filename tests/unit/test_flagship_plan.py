@@ -1,4 +1,6 @@
-"""The seed article's memory decisions, from the planner's own accounting of V4's caches."""
+"""The flagship's memory decisions (DeepSeek-V4-Flash on two DGX Spark nodes, DSpark overlay
+engine, vLLM 0.25.2), from the planner's own accounting of V4's caches, against what that
+engine logged on the nodes."""
 
 from __future__ import annotations
 
@@ -18,11 +20,11 @@ def recipe():  # type: ignore[no-untyped-def]
     return load_recipe(RECIPE)
 
 
-def test_one_million_tokens_is_refused_like_the_article(recipe) -> None:  # type: ignore[no-untyped-def]
+def test_one_million_tokens_is_refused_like_the_engine(recipe) -> None:  # type: ignore[no-untyped-def]
     p = plan_recipe(recipe, RECIPE, Overrides(max_model_len=1_048_576))
     assert not p.fits
-    # The article's engine message: "10.91 GiB KV cache is needed, which is larger than the
-    # available KV cache memory (9.23 GiB)".
+    # The engine's message on the nodes: "10.91 GiB KV cache is needed, which is larger than
+    # the available KV cache memory (9.23 GiB)".
     assert p.refusal is not None
     assert p.refusal.startswith(
         "To serve at least one request with the model's max seq len (1048576), (10.91 GiB KV "
@@ -35,7 +37,7 @@ def test_204800_fits(recipe) -> None:  # type: ignore[no-untyped-def]
     p = plan_recipe(recipe, RECIPE)
     assert p.fits and p.max_model_len == 204_800
     assert round(p.needed_kv_bytes / 1024**3, 2) == 7.57
-    # the seed reports 10.38 GiB available here; deskside's estimate is within 0.15 GiB
+    # the engine logged 10.38 GiB available here; deskside's estimate is within 0.15 GiB
     assert abs(p.available_kv_bytes / 1024**3 - 10.38) < 0.15
     assert p.memory is not None and p.memory.headroom_bytes > p.memory.safety_floor_bytes
 
@@ -64,8 +66,17 @@ def test_vllm_032_refuses_nvfp4_for_v4(recipe) -> None:  # type: ignore[no-untyp
 
 
 def test_speculative_budget_warning_at_8192(recipe) -> None:  # type: ignore[no-untyped-def]
-    # seed decision 7: 8,192 batched tokens minus 6 x (5 - 1) DSpark slots = 8,168
+    # 8,192 batched tokens minus 6 x (5 - 1) DSpark slots = 8,168, as the engine warned
     p = plan_recipe(recipe, RECIPE, Overrides(max_num_batched_tokens=8192))
     assert any("max_num_scheduled_tokens is set to 8168" in w for w in p.warnings)
     p2 = plan_recipe(recipe, RECIPE)
     assert not any("max_num_scheduled_tokens" in w for w in p2.warnings)
+
+
+def test_breakable_cudagraph_under_enforce_eager_is_reported(recipe) -> None:  # type: ignore[no-untyped-def]
+    # the recipe sets VLLM_USE_BREAKABLE_CUDAGRAPH and enforce_eager: true; CUDA graphs are
+    # off, so the variable does nothing and the plan asks which one is meant
+    p = plan_recipe(recipe, RECIPE)
+    (warning,) = [w for w in p.warnings if "VLLM_USE_BREAKABLE_CUDAGRAPH" in w]
+    assert "enforce_eager" in warning and "Which does the recipe mean?" in warning
+    assert all(warning in r.warnings for r in p.ranks)

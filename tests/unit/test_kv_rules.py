@@ -78,9 +78,9 @@ def test_mixed_types_same_block_size_is_uniform_type() -> None:
 
 def test_pipeline_stages_follow_get_pp_indices_and_share_the_smallest_pool() -> None:
     from deskside.hardware import PROFILES
-    from deskside.planner.arch import read_arch
-    from deskside.planner.engine_config import EngineRequest
     from deskside.planner.plan import PlanInput, plan, pp_partitions
+    from deskside.planner.registry import read_arch
+    from deskside.planner.types import EngineRequest
 
     # get_pp_indices: the remainder goes to the stages before the last
     assert pp_partitions(7, 2) == [4, 3]

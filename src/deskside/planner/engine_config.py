@@ -3,17 +3,15 @@
 vLLM fills many settings itself (block size per backend, batch defaults per device,
 chunked prefill forced off for MLA on CPU, async scheduling off on CPU...). The planner
 must start from the same resolved values, so each rule here names the vLLM 0.32 code it
-mirrors. Pure.
+mirrors. What a model family decides by itself comes in as EngineDefaults. Where a
+setting the user asked for ends up without effect, deskside.planner.inert says so. Pure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from deskside.errors import UsageError
-from deskside.planner.arch import ModelArch
-
-GIB = 1024**3
+from deskside.planner.types import EngineDefaults, EngineRequest, EngineSettings, ModelArch
+from deskside.units import GIB
 
 KV_DTYPE_BYTES: dict[str, int] = {
     "bfloat16": 2,
@@ -33,80 +31,9 @@ DS_MLA_STATE_BYTES: dict[str, int] = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
 # Speculative methods that draft with the model's own MTP layers (and cache them).
 MTP_METHODS = ("mtp", "dspark", "deepseek_mtp")
 
-
-@dataclass(frozen=True)
-class Speculative:
-    method: str
-    num_speculative_tokens: int
-
-
-@dataclass(frozen=True)
-class EngineRequest:
-    """What the user asked for (None = let vLLM decide)."""
-
-    device: str = "gpu"  # gpu | cpu
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    kv_cache_dtype: str = "auto"
-    block_size: int | None = None
-    max_model_len: int | None = None  # None = "auto"
-    max_num_batched_tokens: int | None = None
-    max_num_seqs: int | None = None
-    gpu_memory_utilization: float | None = None
-    kv_cache_memory: int | None = None
-    speculative: Speculative | None = None
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    async_scheduling: bool = False
-    enforce_eager: bool = False
-    vllm_version: str = "0.32.0"
-    device_total_bytes: int = 0  # the device's reported total memory (batch defaults)
-    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the env
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """The settings vLLM resolves and runs with."""
-
-    device: str
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    kv_cache_dtype: str  # resolved ("auto" -> the model dtype name)
-    kv_dtype_bytes: int
-    block_size: int
-    max_model_len: int | None  # None = auto-fit
-    derived_max_model_len: int  # the model's own limit
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    max_num_scheduled_tokens: int
-    gpu_memory_utilization: float
-    kv_cache_memory: int | None
-    speculative: Speculative | None
-    num_draft_layers: int  # draft layers whose KV is cached (MTP)
-    enable_chunked_prefill: bool
-    enable_prefix_caching: bool
-    async_scheduling: bool
-    enforce_eager: bool
-    max_concurrent_batches: int
-    vllm_version: str
-    notes: tuple[str, ...]
-
-    @property
-    def max_in_flight_tokens(self) -> int:
-        # VllmConfig.max_in_flight_tokens
-        return self.max_concurrent_batches * self.max_num_batched_tokens
-
-    @property
-    def num_prefill_lookahead_tokens(self) -> int:
-        # VllmConfig.num_prefill_lookahead_tokens: MTP chains with several modules read
-        # num_speculative_tokens ahead; single-module drafters one token.
-        spec = self.speculative
-        # SpeculativeConfig.use_eagle / use_multi_module_mtp
-        if spec is None or spec.method not in ("eagle", "eagle3", "mtp", "dflash", "dspark"):
-            return 0
-        if spec.method == "mtp" and min(self.num_draft_layers, spec.num_speculative_tokens) > 1:
-            return spec.num_speculative_tokens
-        return 1
+# The DSpark overlay engine (Anemll's DSpark overlay on vLLM 0.25.2) is every version
+# before this one; from 0.26 on, DeepSeek-V4 runs on upstream vLLM's own code.
+FIRST_UPSTREAM_V4_VERSION = (0, 26)
 
 
 def version_tuple(version: str) -> tuple[int, int]:
@@ -117,27 +44,21 @@ def version_tuple(version: str) -> tuple[int, int]:
         return (0, 32)
 
 
-def _block_size(arch: ModelArch, req: EngineRequest) -> tuple[int, str | None]:
+def is_dspark_overlay_engine(vllm_version: str) -> bool:
+    """The DSpark overlay engine: vLLM 0.25.x with Anemll's DSpark overlay, whose
+    DeepSeek-V4 KV layout and accounting differ from upstream vLLM's."""
+    return version_tuple(vllm_version) < FIRST_UPSTREAM_V4_VERSION
+
+
+def _block_size(defaults: EngineDefaults, req: EngineRequest) -> int:
     """CpuPlatform.check_and_update_config: CPU MLA kernels need 16, DeepSeek-V4 needs
     256, others default to 128. On GPU the CacheConfig default is 16; FlashMLA (MLA on
     Hopper/Blackwell) prefers 64 and DeepSeek-V4's sparse backends only run 256."""
-    v4 = arch.family == "deepseek_v4"
     if req.device == "cpu":
-        if v4:
-            forced = 256
-        elif arch.use_mla:
-            forced = 16
-        else:
-            return (req.block_size or 128), None
-        note = None
-        if req.block_size is not None and req.block_size != forced:
-            note = f"vLLM's CPU backend forces block_size {forced} for this model"
-        return forced, note
-    if req.block_size is not None:
-        return req.block_size, None
-    if v4:
-        return 256, None
-    return (64 if arch.use_mla else 16), None
+        if defaults.cpu_block_size is not None:
+            return defaults.cpu_block_size
+        return req.block_size or 128
+    return req.block_size if req.block_size is not None else defaults.gpu_block_size
 
 
 def _batch_defaults(req: EngineRequest, world_size: int) -> tuple[int, int]:
@@ -151,15 +72,12 @@ def _batch_defaults(req: EngineRequest, world_size: int) -> tuple[int, int]:
     return 2048, 256
 
 
-def resolve(arch: ModelArch, req: EngineRequest) -> EngineSettings:
+def resolve(arch: ModelArch, req: EngineRequest, defaults: EngineDefaults) -> EngineSettings:
     """EngineSettings vLLM would resolve from `req` for `arch`."""
-    notes: list[str] = []
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
     if tp < 1 or pp < 1:
         raise UsageError("tensor and pipeline parallel sizes must be at least 1")
-    block_size, note = _block_size(arch, req)
-    if note:
-        notes.append(note)
+    block_size = _block_size(defaults, req)
     kv_dtype = req.kv_cache_dtype
     if kv_dtype == "auto":
         kv_dtype = arch.dtype
@@ -177,27 +95,20 @@ def resolve(arch: ModelArch, req: EngineRequest) -> EngineSettings:
             hint="use fp8 or auto for this model",
         )
 
-    chunked = req.enable_chunked_prefill
-    prefix = req.enable_prefix_caching
+    # SchedulerConfig / CacheConfig defaults: chunked prefill and prefix caching on.
+    chunked = req.enable_chunked_prefill is not False
+    prefix = req.enable_prefix_caching is not False
     async_scheduling = req.async_scheduling
     default_tokens, default_seqs = _batch_defaults(req, tp * pp)
     batched = req.max_num_batched_tokens or default_tokens
     if req.device == "cpu":
-        # CpuPlatform.check_and_update_config: async scheduling is off on CPU.
-        if async_scheduling:
-            notes.append("vLLM turns async scheduling off on CPU")
+        # CpuPlatform.check_and_update_config: async scheduling is off on CPU...
         async_scheduling = False
-        if arch.use_mla and arch.family != "deepseek_v4":
+        if defaults.cpu_disables_chunked_prefill:
             # ...and MLA without AMX forces chunked prefill and prefix caching off, and
             # max_num_batched_tokens up to max(max_model_len, 2048).
             chunked = prefix = False
-            target = req.max_model_len or arch.max_position_embeddings
-            batched = max(target, 2048)
-            if req.max_num_batched_tokens and req.max_num_batched_tokens != batched:
-                notes.append(
-                    f"vLLM's CPU MLA path sets max_num_batched_tokens to {batched} "
-                    "(chunked prefill off)"
-                )
+            batched = max(req.max_model_len or arch.max_position_embeddings, 2048)
     elif req.max_num_batched_tokens is None and not chunked and req.max_model_len:
         # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args
         batched = max(req.max_model_len, batched)
@@ -222,8 +133,9 @@ def resolve(arch: ModelArch, req: EngineRequest) -> EngineSettings:
         concurrent = 2
 
     # VllmConfig._set_max_num_scheduled_tokens: vLLM 0.32 charges draft slots per
-    # request; the seed's 0.25 took them off the batch budget
-    # (max_num_seqs x slots per request; DSpark needs K - 1 per request).
+    # request; before 0.32 (the DSpark overlay engine, vLLM 0.25.2, included) they came
+    # off the batch budget (max_num_seqs x slots per request; DSpark needs K - 1 per
+    # request).
     scheduled = batched
     if spec is not None and version_tuple(req.vllm_version) < (0, 32):
         per_request = spec.num_speculative_tokens - 1 if spec.method == "dspark" else 0
@@ -252,5 +164,4 @@ def resolve(arch: ModelArch, req: EngineRequest) -> EngineSettings:
         enforce_eager=req.enforce_eager,
         max_concurrent_batches=concurrent,
         vllm_version=req.vllm_version,
-        notes=tuple(notes),
     )

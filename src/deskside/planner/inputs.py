@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from deskside.errors import ModelConfigError, UsageError
 from deskside.hardware import PROFILES, HardwareProfile, get_profile
-from deskside.planner.arch import ModelArch, read_arch
-from deskside.planner.engine_config import EngineRequest, Speculative
 from deskside.planner.plan import Plan, PlanInput, plan
+from deskside.planner.registry import read_arch
+from deskside.planner.types import EngineRequest, ModelArch, Speculative
 
 if TYPE_CHECKING:
     from deskside.recipe.types import Recipe
@@ -107,6 +107,9 @@ def _max_len(value: int | str | None) -> int | None:
 
 def request_from_recipe(recipe: Recipe, hw: HardwareProfile, o: Overrides) -> EngineRequest:
     e = recipe.engine
+    # Booleans the recipe leaves at their default stay None (vLLM's default), so that only
+    # settings the recipe makes can be reported as having no effect.
+    explicit = e.model_fields_set
     spec = None
     if e.speculative is not None:
         spec = Speculative(e.speculative.method, e.speculative.num_speculative_tokens)
@@ -122,13 +125,17 @@ def request_from_recipe(recipe: Recipe, hw: HardwareProfile, o: Overrides) -> En
         gpu_memory_utilization=e.gpu_memory_utilization,
         kv_cache_memory=e.kv_cache_memory,
         speculative=spec,
-        enable_chunked_prefill=e.enable_chunked_prefill,
-        enable_prefix_caching=e.enable_prefix_caching,
+        enable_chunked_prefill=(
+            e.enable_chunked_prefill if "enable_chunked_prefill" in explicit else None
+        ),
+        enable_prefix_caching=(
+            e.enable_prefix_caching if "enable_prefix_caching" in explicit else None
+        ),
         async_scheduling=e.async_scheduling,
         enforce_eager=e.enforce_eager,
         vllm_version=e.vllm_version,
         device_total_bytes=hw.total_bytes,
-        allow_long_max_model_len=e.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1",
+        env=dict(e.env),
     )
     return apply_overrides(req, o)
 

@@ -29,6 +29,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def round_up(x: int, m: int) -> int:
+    return cdiv(x, m) * m
+
+
 @dataclass(frozen=True)
 class KVSpec:
     """One layer's cache spec (vLLM's KVCacheSpec subclasses, reduced to what sizes it).

@@ -10,7 +10,9 @@ Memory on a GPU rank (vLLM Worker.determine_available_memory):
 or `kv_cache_memory` exactly when given (it bypasses profiling). On CPU the KV memory is
 always explicit. The KV side (blocks, tokens, concurrency, the refusal and the estimated
 maximum length) is vLLM's own arithmetic (deskside.planner.kv); the non-KV side on GPU is an
-estimate (deskside.planner.overhead) whose sources the plan prints.
+estimate, each model family's own (deskside.planner.families), whose sources the plan prints.
+The plan also warns about settings that have no effect in the chosen combination
+(deskside.planner.inert).
 """
 
 from __future__ import annotations
@@ -20,15 +22,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deskside.errors import UsageError
 from deskside.hardware import HardwareProfile
-from deskside.planner.arch import ModelArch
-from deskside.planner.cache_specs import layer_specs
-from deskside.planner.engine_config import EngineRequest, EngineSettings, resolve
-from deskside.planner.kv import Accounting, KVGroup, KVSpec, Limits, generic_accounting
-from deskside.planner.overhead import NonKVEstimate, estimate_non_kv
-from deskside.units import format_gib
-
-GIB = 1024**3
+from deskside.planner.engine_config import resolve
+from deskside.planner.families.base import Family
+from deskside.planner.inert import inert_settings
+from deskside.planner.kv import Accounting, KVGroup, Limits
+from deskside.planner.registry import family_named
+from deskside.planner.types import (
+    EngineRequest,
+    EngineSettings,
+    ModelArch,
+    NonKVEstimate,
+    weight_bytes_by_part,
+)
+from deskside.units import GIB, format_gib
 
 
 class RankPlan(BaseModel):
@@ -158,24 +166,6 @@ def _kv_bytes_per_token(groups: list[KVGroup], layers: set[str]) -> int:
     )
 
 
-def accounting(arch: ModelArch, settings: EngineSettings, specs: dict[str, KVSpec]) -> Accounting:
-    """The engine's KV accounting for this model (DeepSeek-V4 has its own layouts)."""
-    if arch.family == "deepseek_v4":
-        from deskside.planner.arch_v4 import v4_accounting
-
-        return v4_accounting(specs, settings)
-    return generic_accounting(specs)
-
-
-def draft_layers_loaded(arch: ModelArch, settings: EngineSettings) -> int:
-    """Draft layers whose weights the speculative method loads."""
-    if arch.family == "deepseek_v4":
-        from deskside.planner.arch_v4 import num_draft_layers
-
-        return num_draft_layers(arch, settings)
-    return settings.num_draft_layers
-
-
 def pp_partitions(num_layers: int, pp: int) -> list[int]:
     """vllm.distributed.utils.get_pp_indices: layers per stage, the remainder spread over
     the stages before the last."""
@@ -215,13 +205,13 @@ class StageMemory:
         return self.acct.check_memory(self.available)
 
 
-def _stage_weights(arch: ModelArch, inp: PlanInput, s: EngineSettings, stage: int) -> int:
+def _stage_weights(inp: PlanInput, s: EngineSettings, drafts: int, stage: int) -> int:
+    """Weight bytes of one rank of pipeline stage `stage`, with `drafts` draft layers
+    loaded on the last stage."""
+    arch = inp.arch
     tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
-    drafts = draft_layers_loaded(arch, s)
     if pp == 1:
         return arch.weight_bytes_per_rank(tp, inp.weights_format, drafts)
-    from deskside.planner.arch import weight_bytes_by_part
-
     parts = weight_bytes_by_part(arch, inp.weights_format, drafts if stage == pp - 1 else 0)
     share = pp_partitions(arch.num_hidden_layers, pp)[stage] / arch.num_hidden_layers
     layered = ("attention", "dense_mlp", "experts", "shared_experts", "router", "norms")
@@ -234,13 +224,14 @@ def _stage_weights(arch: ModelArch, inp: PlanInput, s: EngineSettings, stage: in
 def plan(inp: PlanInput) -> Plan:
     arch, hw = inp.arch, inp.hardware
     req = inp.request
-    settings = resolve(arch, req)
-    warnings: list[str] = list(settings.notes)
+    family: Family = family_named(arch.family)
+    settings = resolve(arch, req, family.engine_defaults(arch))
+    warnings: list[str] = inert_settings(req, settings)
     assumptions: list[str] = []
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
 
-    specs = layer_specs(arch, settings)
-    acct = accounting(arch, settings, specs)
+    specs = family.layer_specs(arch, settings)
+    acct = family.accounting(specs, settings)
     groups = list(acct.groups)
 
     # max_model_len: the request, or the model's limit when auto-fitting.
@@ -265,16 +256,22 @@ def plan(inp: PlanInput) -> Plan:
             over_limit += " To allow overriding this maximum, set the env var "
             over_limit += "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
     limits = Limits(max_model_len=max_model_len, max_in_flight_tokens=settings.max_in_flight_tokens)
-    overhead: NonKVEstimate = estimate_non_kv(arch, settings, max_model_len)
+    # CPU ranks need no non-KV estimate: their KV memory is explicit.
+    overhead = (
+        NonKVEstimate()
+        if settings.device == "cpu"
+        else family.non_kv(arch, settings, max_model_len)
+    )
     if req.device == "cpu" and req.kv_cache_memory is None:
         raise_missing_cpu_kv()
 
     stage_of = layer_stages(arch, list(specs), pp)
+    drafts = family.draft_layers_loaded(arch, settings)
     stages: list[StageMemory] = []
     for stage in range(pp):
         mine = {name for name, st in stage_of.items() if st == stage}
         stage_acct = acct.project(mine) if pp > 1 else acct
-        weights = _stage_weights(arch, inp, settings, stage)
+        weights = _stage_weights(inp, settings, drafts, stage)
         if req.kv_cache_memory is not None:
             available = req.kv_cache_memory
             budget = weights + overhead.total + available if req.device == "gpu" else available
@@ -436,8 +433,6 @@ def plan(inp: PlanInput) -> Plan:
 
 
 def raise_missing_cpu_kv() -> None:
-    from deskside.errors import UsageError
-
     raise UsageError(
         "vLLM on CPU needs an explicit KV cache size",
         hint="set engine.kv_cache_memory in the recipe (e.g. 1GiB) or pass --kv-cache-memory",

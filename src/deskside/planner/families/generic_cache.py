@@ -1,11 +1,11 @@
-"""Per-layer KV cache specs of one tensor-parallel rank, as vLLM's attention layers
-register them (their `get_kv_cache_spec`). Pure."""
+"""Per-layer KV cache specs of one tensor-parallel rank of a generic Hugging Face model,
+as vLLM's attention layers register them (their `get_kv_cache_spec`). Pure."""
 
 from __future__ import annotations
 
-from deskside.planner.arch import AttentionLayer, ModelArch
-from deskside.planner.engine_config import DS_MLA_STATE_BYTES, EngineSettings
+from deskside.planner.engine_config import DS_MLA_STATE_BYTES
 from deskside.planner.kv import KVSpec
+from deskside.planner.types import AttentionLayer, EngineSettings, ModelArch
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
@@ -58,13 +58,9 @@ def indexer_spec(layer: AttentionLayer, s: EngineSettings) -> KVSpec:
     )
 
 
-def layer_specs(arch: ModelArch, s: EngineSettings) -> dict[str, KVSpec]:
+def generic_layer_specs(arch: ModelArch, s: EngineSettings) -> dict[str, KVSpec]:
     """The KV cache spec of every cached layer on one rank, in registration order: target
     layers, then the MTP draft layers that speculative decoding uses."""
-    if arch.family == "deepseek_v4":
-        from deskside.planner.arch_v4 import v4_layer_specs
-
-        return v4_layer_specs(arch, s)
     specs: dict[str, KVSpec] = {}
     drafts = 0
     for layer in arch.layers:

@@ -1,0 +1,288 @@
+"""The generic Hugging Face family: Llama, Mistral, Qwen2/3 (dense and MoE), Gemma2/3 with
+grouped-query attention, and DeepSeek V2/V3/V3.2 with MLA. vLLM sizes and groups their
+caches with its generic rules (deskside.planner.kv).
+
+The readers follow what vLLM does with the same config (which layers slide, how MLA heads
+are sized, how many draft layers MTP adds), citing the vLLM or transformers code they
+mirror.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from deskside.planner.families.generic_cache import generic_layer_specs
+from deskside.planner.families.hf_config import common_fields, get, get_int, weights_format
+from deskside.planner.kv import Accounting, KVSpec, generic_accounting
+from deskside.planner.types import (
+    AttentionLayer,
+    EngineDefaults,
+    EngineSettings,
+    ModelArch,
+    MoEShape,
+    NonKVEstimate,
+    ParamCounts,
+)
+from deskside.units import MIB
+
+# config.json model_type -> ModelArch.family
+MODEL_TYPES: dict[str, str] = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "qwen2_moe": "qwen2_moe",
+    "qwen3_moe": "qwen3_moe",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
+    "gemma3_text": "gemma3",
+    "deepseek_v2": "deepseek_v2",
+    "deepseek_v3": "deepseek_v3",
+    "deepseek_v32": "deepseek_v32",
+}
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
+
+
+def layer_types(cfg: Mapping[str, Any], family: str, n_layers: int) -> list[str]:
+    """Which layers slide, as transformers fills `layer_types` when config.json lacks it
+    (Gemma2Config/Gemma3Config/Qwen2Config/Qwen3Config.__post_init__), and as vLLM then
+    applies it (EngineArgs.create_engine_config: the model-level window only when every
+    layer slides or no layer_types exist)."""
+    given = cfg.get("layer_types")
+    if isinstance(given, list) and len(given) >= n_layers:
+        return [str(t) for t in given[:n_layers]]
+    window = cfg.get("sliding_window")
+    if family == "gemma3":
+        pattern = int(get(cfg, "sliding_window_pattern", 6))
+        return [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)
+        ]
+    if family == "gemma2":
+        return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
+    if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        use = bool(cfg.get("use_sliding_window", False)) and window is not None
+        first = int(get(cfg, "max_window_layers", n_layers))
+        return [
+            "sliding_attention" if use and i >= first else "full_attention" for i in range(n_layers)
+        ]
+    # Llama, Mistral and others: one model-level window applies to every layer.
+    kind = "sliding_attention" if window else "full_attention"
+    return [kind] * n_layers
+
+
+def read_gqa(cfg: Mapping[str, Any], family: str) -> ModelArch:
+    """Grouped-query attention models: K and V per KV head, full or sliding per layer."""
+    c = common_fields(cfg)
+    hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
+    kv_heads = get_int(cfg, "num_key_value_heads", heads)
+    head_dim = int(get(cfg, "head_dim", hidden // heads))
+    window = cfg.get("sliding_window")
+    types = layer_types(cfg, family, n_layers)
+    layers = tuple(
+        AttentionLayer(
+            index=i,
+            kind="sliding" if t == "sliding_attention" and window else "full",
+            num_kv_heads=kv_heads,
+            head_size=head_dim,
+            head_size_v=head_dim,
+            sliding_window=int(window) if t == "sliding_attention" and window else None,
+        )
+        for i, t in enumerate(types)
+    )
+    inter = get_int(cfg, "intermediate_size", 4 * hidden)
+    attn = n_layers * (hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2)
+    moe: MoEShape | None = None
+    experts = shared = router = 0
+    dense_mlp = n_layers * 3 * hidden * inter
+    active_experts = 0
+    n_experts = int(get(cfg, "num_experts", 0))
+    if n_experts:
+        e_inter = get_int(cfg, "moe_intermediate_size", inter)
+        topk = get_int(cfg, "num_experts_per_tok", 1)
+        shared_inter = int(get(cfg, "shared_expert_intermediate_size", 0))
+        moe = MoEShape(n_experts, 1 if shared_inter else 0, topk, e_inter, n_layers)
+        experts = n_layers * n_experts * 3 * hidden * e_inter
+        shared = n_layers * 3 * hidden * shared_inter
+        router = n_layers * hidden * n_experts
+        dense_mlp = 0
+        active_experts = n_layers * topk * 3 * hidden * e_inter
+    tied = bool(cfg.get("tie_word_embeddings", family in ("gemma2", "gemma3")))
+    embed = c["vocab_size"] * hidden
+    params = ParamCounts(
+        embedding=embed,
+        lm_head=0 if tied else embed,
+        attention=attn,
+        dense_mlp=dense_mlp,
+        experts=experts,
+        shared_experts=shared,
+        router=router,
+        norms=(2 * n_layers + 1) * hidden,
+    )
+    active = params.total - experts + active_experts
+    return ModelArch(
+        family=family,
+        layers=layers,
+        params=params,
+        active_params=active,
+        weights_format=weights_format(cfg, c["dtype"]),
+        moe=moe,
+        **c,
+    )
+
+
+def read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
+    """DeepSeek V2/V3/V3.2: MLA caches one latent of kv_lora_rank + qk_rope_head_dim per
+    token and layer (MLAAttention.get_kv_cache_spec: num_kv_heads=1, replicated on every TP
+    rank); V3.2 adds an indexer key cache (DeepseekV32IndexerCache.get_kv_cache_spec);
+    num_nextn_predict_layers MTP layers follow the target layers."""
+    c = common_fields(cfg)
+    hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
+    kv_lora = get_int(cfg, "kv_lora_rank")
+    rope = get_int(cfg, "qk_rope_head_dim")
+    nope = get_int(cfg, "qk_nope_head_dim")
+    v_head = get_int(cfg, "v_head_dim")
+    q_lora = cfg.get("q_lora_rank")
+    index_head_dim = cfg.get("index_head_dim") if family == "deepseek_v32" else None
+    n_mtp = int(get(cfg, "num_nextn_predict_layers", 0))
+
+    def mla_layer(i: int, draft: bool) -> AttentionLayer:
+        return AttentionLayer(
+            index=i,
+            kind="mla",
+            num_kv_heads=1,
+            head_size=kv_lora + rope,
+            head_size_v=0,
+            index_head_dim=int(index_head_dim) if index_head_dim else None,
+            is_draft=draft,
+        )
+
+    layers = tuple(mla_layer(i, False) for i in range(n_layers)) + tuple(
+        mla_layer(n_layers + j, True) for j in range(n_mtp)
+    )
+    q_params = (
+        hidden * int(q_lora) + int(q_lora) * heads * (nope + rope)
+        if q_lora
+        else hidden * heads * (nope + rope)
+    )
+    attn_one = (
+        q_params
+        + hidden * (kv_lora + rope)
+        + kv_lora * heads * (nope + v_head)
+        + heads * v_head * hidden
+    )
+    if index_head_dim:
+        n_idx = int(get(cfg, "index_n_heads", 64))
+        attn_one += int(q_lora or hidden) * n_idx * int(index_head_dim)
+        attn_one += hidden * int(index_head_dim) + hidden * n_idx
+    inter = get_int(cfg, "intermediate_size")
+    n_experts = int(get(cfg, "n_routed_experts", 0))
+    first_dense = int(get(cfg, "first_k_dense_replace", 0 if n_experts else n_layers))
+    freq = int(get(cfg, "moe_layer_freq", 1))
+    moe_layers = (
+        sum(1 for i in range(n_layers) if i >= first_dense and i % freq == 0) if n_experts else 0
+    )
+    dense_layers = n_layers - moe_layers
+    e_inter = int(get(cfg, "moe_intermediate_size", inter))
+    n_shared = int(get(cfg, "n_shared_experts", 0))
+    topk = int(get(cfg, "num_experts_per_tok", 0))
+    expert_one = 3 * hidden * e_inter
+    experts = moe_layers * n_experts * expert_one
+    shared = moe_layers * n_shared * expert_one
+    router = moe_layers * hidden * n_experts
+    moe = MoEShape(n_experts, n_shared, topk, e_inter, moe_layers) if n_experts else None
+    embed = c["vocab_size"] * hidden
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    # One MTP layer: a full decoder layer (MoE) + eh_proj (2h -> h) + norms; it shares the
+    # embeddings and the head with the target model.
+    mtp_dense = attn_one + n_shared * expert_one + hidden * n_experts
+    mtp_dense += 2 * hidden * hidden + 4 * hidden
+    params = ParamCounts(
+        embedding=embed,
+        lm_head=0 if tied else embed,
+        attention=n_layers * attn_one,
+        dense_mlp=dense_layers * 3 * hidden * inter,
+        experts=experts,
+        shared_experts=shared,
+        router=router,
+        norms=(2 * n_layers + 1) * hidden + n_layers * (kv_lora + int(q_lora or 0)),
+        draft_layer=mtp_dense,
+        draft_layer_experts=n_experts * expert_one,
+    )
+    active = params.total - experts + moe_layers * topk * expert_one
+    return ModelArch(
+        family=family,
+        layers=layers,
+        params=params,
+        active_params=active,
+        weights_format=weights_format(cfg, c["dtype"]),
+        moe=moe,
+        num_mtp_layers=n_mtp,
+        use_mla=True,
+        **c,
+    )
+
+
+def generic_non_kv(arch: ModelArch, s: EngineSettings) -> NonKVEstimate:
+    """A first-order model of the profiling run's peak (vLLM measures it at start-up,
+    vllm/utils/mem_utils.py: memory_profiling):
+
+    - activations: max_num_batched_tokens x (4 hidden + 2 MLP-intermediate per rank)
+      values in the model dtype (residual, norm, attention in/out, the gate/up product);
+    - sampler: max_num_seqs x vocab logits in fp32 (the dummy sampler run);
+    - non-torch: NCCL and custom all-reduce buffers, 0.5 GiB with TP > 1, 0.1 GiB alone.
+    """
+    tp = s.tensor_parallel_size
+    dtype = arch.dtype_bytes
+    inter = 4 * arch.hidden_size
+    if arch.moe is not None:
+        inter = arch.moe.expert_intermediate_size * max(arch.moe.experts_per_token, 1)
+    tokens = s.max_num_batched_tokens
+    activations = tokens * (4 * arch.hidden_size + 2 * inter // tp) * dtype
+    sampler = s.max_num_seqs * arch.vocab_size * 4
+    non_torch = 512 * MIB if tp > 1 else 100 * MIB
+    return NonKVEstimate(
+        parts={"activations": activations, "sampler": sampler, "non_torch": non_torch},
+        sources=(
+            "non-KV memory on GPU is estimated (activations of one max_num_batched_tokens "
+            "pass, fp32 sampler logits for max_num_seqs, NCCL buffers); vLLM measures it at "
+            "start-up - compare with its 'Available KV cache memory' line",
+        ),
+    )
+
+
+class GenericFamily:
+    """Hugging Face models that vLLM caches with its generic attention and MLA specs."""
+
+    name = "generic"
+    model_types: Mapping[str, str] = MODEL_TYPES
+
+    def read(self, cfg: Mapping[str, Any]) -> ModelArch:
+        family = MODEL_TYPES[str(cfg.get("model_type", ""))]
+        if family in MLA_FAMILIES:
+            return read_deepseek_mla(cfg, family)
+        return read_gqa(cfg, family)
+
+    def engine_defaults(self, arch: ModelArch) -> EngineDefaults:
+        # CpuPlatform.check_and_update_config: the CPU MLA kernels need block_size 16 and
+        # (without AMX) turn chunked prefill off; on GPU FlashMLA prefers 64, the
+        # CacheConfig default is 16.
+        return EngineDefaults(
+            gpu_block_size=64 if arch.use_mla else 16,
+            cpu_block_size=16 if arch.use_mla else None,
+            cpu_disables_chunked_prefill=arch.use_mla,
+        )
+
+    def layer_specs(self, arch: ModelArch, settings: EngineSettings) -> dict[str, KVSpec]:
+        return generic_layer_specs(arch, settings)
+
+    def accounting(self, specs: dict[str, KVSpec], settings: EngineSettings) -> Accounting:
+        return generic_accounting(specs)
+
+    def draft_layers_loaded(self, arch: ModelArch, settings: EngineSettings) -> int:
+        return settings.num_draft_layers
+
+    def non_kv(
+        self, arch: ModelArch, settings: EngineSettings, max_model_len: int
+    ) -> NonKVEstimate:
+        return generic_non_kv(arch, settings)

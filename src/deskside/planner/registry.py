@@ -1,0 +1,56 @@
+"""The model families the planner knows, and which one a config.json belongs to.
+
+The planner looks a family up once (`family_named(arch.family)`), then asks it for the
+model's caches, accounting and non-KV memory. Families never import this module."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from deskside.errors import ModelConfigError
+from deskside.planner.families.base import Family
+from deskside.planner.families.deepseek_v4 import DeepseekV4Family
+from deskside.planner.families.generic import GenericFamily
+from deskside.planner.families.hf_config import text_config
+from deskside.planner.types import ModelArch
+
+FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family())
+
+# config.json model_type -> its family
+_BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES for t in f.model_types}
+# ModelArch.family -> its family
+_BY_ARCH_FAMILY: dict[str, Family] = {a: f for f in FAMILIES for a in f.model_types.values()}
+
+
+def known_model_types() -> list[str]:
+    return sorted(_BY_MODEL_TYPE)
+
+
+def family_for(cfg: Mapping[str, Any]) -> Family:
+    """The family of a parsed config.json (its text config for multimodal wrappers)."""
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError("config.json is not a JSON object")
+    model_type = str(text_config(cfg).get("model_type", ""))
+    family = _BY_MODEL_TYPE.get(model_type)
+    if family is None:
+        raise ModelConfigError(
+            f"model_type {model_type!r} is not one deskside can plan",
+            hint="known: " + ", ".join(known_model_types()),
+        )
+    return family
+
+
+def family_named(name: str) -> Family:
+    """The family that reads models of `name` (a ModelArch.family, e.g. "qwen3") or the
+    family's own name (e.g. "deepseek_v4")."""
+    family = _BY_ARCH_FAMILY.get(name) or next((f for f in FAMILIES if f.name == name), None)
+    if family is None:
+        raise ModelConfigError(f"no model family {name!r}")
+    return family
+
+
+def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
+    """ModelArch from a parsed config.json. Raises ModelConfigError on what it can't read."""
+    family = family_for(cfg)
+    return family.read(text_config(cfg))
