@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 1024**3
+from deskside.units import GIB
 
 
 @dataclass(frozen=True)

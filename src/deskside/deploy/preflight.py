@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from deskside.recipe.types import Node, Recipe
+from deskside.units import MIB
 
 # Reads the Python environment without importing vLLM (which takes seconds).
 PYTHON_PROBE = """
@@ -199,7 +200,7 @@ def head_ports(recipe: Recipe, engine_ports: Sequence[int]) -> dict[int, str]:
     return ports
 
 
-MARGIN_BYTES = 64 * 1024**2
+MARGIN_BYTES = 64 * MIB
 
 
 def check_node(
@@ -236,8 +237,8 @@ def check_node(
         )
     if facts.disk_free_bytes is not None and facts.disk_free_bytes < need_bytes + MARGIN_BYTES:
         problem(
-            f"{facts.disk_free_bytes / 1024**2:,.0f} MiB free under {facts.existing}, "
-            f"{(need_bytes + MARGIN_BYTES) / 1024**2:,.0f} MiB needed (release, model upload "
+            f"{facts.disk_free_bytes / MIB:,.0f} MiB free under {facts.existing}, "
+            f"{(need_bytes + MARGIN_BYTES) / MIB:,.0f} MiB needed (release, model upload "
             "and a margin)",
             "free disk space on the node, or point runtime.root at a larger disk",
         )

@@ -32,6 +32,7 @@ from deskside.runtime.control import Control, control_kind
 from deskside.runtime.ops import Executed, Op, Put, Run, Upload, execute
 from deskside.runtime.pipeline import Outcome
 from deskside.runtime.records import read_state
+from deskside.units import MIB
 
 
 def _fail_findings(findings: list[pf.Finding]) -> StageFailed:
@@ -54,7 +55,7 @@ def _upload_bytes(d: Deployment) -> int:
 def preflight(d: Deployment) -> Outcome:
     recipe = d.recipe
     findings: list[pf.Finding] = []
-    need = _upload_bytes(d) + 1024**2
+    need = _upload_bytes(d) + MIB
     base = Control(
         control_kind(recipe.runtime.systemd, recipe.runtime.kind), recipe.runtime.kind, d.layout
     )

@@ -29,8 +29,9 @@ from ruamel.yaml.reader import ReaderError
 from deskside.errors import RecipeError
 from deskside.recipe.problems import Found, LocPath, combine_errors, format_field
 from deskside.recipe.wording import describe_value
+from deskside.units import MIB
 
-MAX_RECIPE_BYTES = 1024 * 1024  # a recipe is a page of text; refuse anything absurd
+MAX_RECIPE_BYTES = MIB  # a recipe is a page of text; refuse anything absurd
 MAX_VALUES = 20_000  # values after expanding YAML aliases ("billion laughs" guard)
 MAX_DEPTH = 32  # nesting depth of the recipe data
 
