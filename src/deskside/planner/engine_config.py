@@ -51,12 +51,14 @@ def is_dspark_overlay_engine(vllm_version: str) -> bool:
 
 
 def _block_size(defaults: EngineDefaults, req: EngineRequest) -> int:
-    """CpuPlatform.check_and_update_config: CPU MLA kernels need 16, DeepSeek-V4 needs
-    256, others default to 128. On GPU the CacheConfig default is 16; FlashMLA (MLA on
-    Hopper/Blackwell) prefers 64 and DeepSeek-V4's sparse backends only run 256."""
+    """CpuPlatform.check_and_update_config: the reference CPU MLA kernel (no AMX tiles)
+    needs 16, DeepSeek-V4 needs 256, others (AMX_MLA included) take the user's or 128. On
+    GPU the CacheConfig default is 16; FlashMLA (MLA on Hopper/Blackwell) prefers 64 and
+    DeepSeek-V4's sparse backends only run 256."""
     if req.device == "cpu":
-        if defaults.cpu_block_size is not None:
-            return defaults.cpu_block_size
+        forced = defaults.cpu_amx_block_size if req.cpu_amx else defaults.cpu_block_size
+        if forced is not None:
+            return forced
         return req.block_size or 128
     return req.block_size if req.block_size is not None else defaults.gpu_block_size
 
@@ -104,7 +106,7 @@ def resolve(arch: ModelArch, req: EngineRequest, defaults: EngineDefaults) -> En
     if req.device == "cpu":
         # CpuPlatform.check_and_update_config: async scheduling is off on CPU...
         async_scheduling = False
-        if defaults.cpu_disables_chunked_prefill:
+        if defaults.cpu_mla and not req.cpu_amx:
             # ...and MLA without AMX forces chunked prefill and prefix caching off, and
             # max_num_batched_tokens up to max(max_model_len, 2048).
             chunked = prefix = False

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from deskside.errors import ModelConfigError, UsageError
 from deskside.hardware import PROFILES, HardwareProfile, get_profile
+from deskside.hostcpu import this_machine_amx
 from deskside.planner.plan import Plan, PlanInput, plan
 from deskside.planner.registry import read_arch
 from deskside.planner.types import EngineRequest, ModelArch, Speculative
@@ -140,6 +141,25 @@ def request_from_recipe(recipe: Recipe, hw: HardwareProfile, o: Overrides) -> En
     return apply_overrides(req, o)
 
 
+def with_cpu_features(
+    req: EngineRequest, hw: HardwareProfile, result_notes: list[str]
+) -> EngineRequest:
+    """On CPU, whether the CPU has AMX tiles: the hardware profile says, or (profile
+    `cpu`) this machine's CPU, which is where a recipe's CPU nodes run."""
+    if req.device != "cpu":
+        return req
+    amx = hw.cpu_amx
+    where = f"hardware profile {hw.name}"
+    if amx is None:
+        amx = this_machine_amx()
+        where = "this machine's /proc/cpuinfo"
+    result_notes.append(
+        f"CPU {'with' if amx else 'without'} AMX tiles ({where}): vLLM's "
+        + ("AMX kernels" if amx else "reference kernels")
+    )
+    return replace(req, cpu_amx=amx)
+
+
 def apply_overrides(req: EngineRequest, o: Overrides) -> EngineRequest:
     changes: dict[str, Any] = {}
     if o.device is not None:
@@ -180,7 +200,8 @@ def plan_recipe(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -
     config, source = recipe_model_config(recipe, recipe_path)
     arch = read_arch(config)
     hw = _hardware(o.hardware or recipe.head.hardware, o.device or recipe.engine.device)
-    req = request_from_recipe(recipe, hw, o)
+    notes: list[str] = []
+    req = with_cpu_features(request_from_recipe(recipe, hw, o), hw, notes)
     result = plan(
         PlanInput(
             arch=arch,
@@ -191,7 +212,7 @@ def plan_recipe(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -
             node_names=tuple(n.name for n in recipe.cluster.nodes),
         )
     )
-    result.assumptions.insert(0, f"model config: {source}")
+    result.assumptions[:0] = [f"model config: {source}", *notes]
     return result
 
 
@@ -199,11 +220,13 @@ def plan_model_dir(model_dir: Path, o: Overrides) -> Plan:
     arch = read_model_dir(model_dir)
     device = o.device or "gpu"
     hw = _hardware(o.hardware, device)
+    notes: list[str] = []
     req = apply_overrides(EngineRequest(device=device, device_total_bytes=hw.total_bytes), o)
+    req = with_cpu_features(req, hw, notes)
     if req.tensor_parallel_size < 1:
         raise UsageError("--tp must be at least 1")
     result = plan(PlanInput(arch=arch, request=req, hardware=hw))
-    result.assumptions.insert(0, f"model config: {model_dir / 'config.json'}")
+    result.assumptions[:0] = [f"model config: {model_dir / 'config.json'}", *notes]
     return result
 
 

@@ -206,6 +206,7 @@ class EngineRequest:
     enforce_eager: bool = False
     vllm_version: str = "0.32.0"
     device_total_bytes: int = 0  # the device's reported total memory (batch defaults)
+    cpu_amx: bool = False  # device cpu: an x86 CPU with AMX tiles (vLLM's AMX kernels)
     env: Mapping[str, str] = field(default_factory=dict)  # the engine's environment
 
     @property
@@ -222,8 +223,9 @@ class EngineDefaults:
     and the attention backends' block sizes)."""
 
     gpu_block_size: int  # block size on GPU when the user sets none
-    cpu_block_size: int | None  # block size the CPU backend forces (None: user's, or 128)
-    cpu_disables_chunked_prefill: bool  # the CPU MLA path turns chunked prefill off
+    cpu_block_size: int | None  # block size CPUs without AMX force (None: user's, or 128)
+    cpu_amx_block_size: int | None  # block size x86 CPUs with AMX tiles force (likewise)
+    cpu_mla: bool  # the MLA path: without AMX, chunked prefill and prefix caching go off
 
 
 @dataclass(frozen=True)

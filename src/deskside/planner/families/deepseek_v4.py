@@ -150,9 +150,10 @@ class DeepseekV4Family:
     def engine_defaults(self, arch: ModelArch) -> EngineDefaults:
         # DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend only run block_size 256 (the
         # CPU backend forces it: CpuPlatform.check_and_update_config); its AMX CPU kernels
-        # keep chunked prefill and prefix caching.
+        # keep chunked prefill and prefix caching (without AMX they go off, as for any MLA
+        # model on CPU).
         return EngineDefaults(
-            gpu_block_size=256, cpu_block_size=256, cpu_disables_chunked_prefill=False
+            gpu_block_size=256, cpu_block_size=256, cpu_amx_block_size=256, cpu_mla=True
         )
 
     def layer_specs(self, arch: ModelArch, settings: EngineSettings) -> dict[str, KVSpec]:

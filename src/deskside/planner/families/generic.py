@@ -264,13 +264,15 @@ class GenericFamily:
         return read_gqa(cfg, family)
 
     def engine_defaults(self, arch: ModelArch) -> EngineDefaults:
-        # CpuPlatform.check_and_update_config: the CPU MLA kernels need block_size 16 and
-        # (without AMX) turn chunked prefill off; on GPU FlashMLA prefers 64, the
+        # CpuPlatform.check_and_update_config: without AMX tiles the reference CPU MLA
+        # kernel needs block_size 16 and chunked prefill and prefix caching go off; with
+        # AMX (the AMX_MLA backend) neither applies. On GPU FlashMLA prefers 64, the
         # CacheConfig default is 16.
         return EngineDefaults(
             gpu_block_size=64 if arch.use_mla else 16,
             cpu_block_size=16 if arch.use_mla else None,
-            cpu_disables_chunked_prefill=arch.use_mla,
+            cpu_amx_block_size=None,
+            cpu_mla=arch.use_mla,
         )
 
     def layer_specs(self, arch: ModelArch, settings: EngineSettings) -> dict[str, KVSpec]:

@@ -1,0 +1,33 @@
+"""Whether a CPU has AMX tiles, which decides vLLM's CPU attention path for MLA models:
+with them (x86 only) vLLM 0.32 runs its AMX_MLA kernels at the default block size, chunked
+prefill and prefix caching on; without them the reference CPU MLA kernel forces block size
+16 and turns both off (`CpuPlatform.check_and_update_config`, which asks
+`torch.cpu._is_amx_tile_supported()`)."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+X86 = ("x86_64", "amd64", "i386", "i686")
+
+
+def amx_tiles(cpuinfo: str, machine: str) -> bool:
+    """From /proc/cpuinfo text and the machine name: an x86 CPU whose flags (as the kernel
+    enabled them) include `amx_tile`."""
+    if machine.lower() not in X86:
+        return False
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return "amx_tile" in value.split()
+    return False
+
+
+def this_machine_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """`amx_tiles` of the machine running deskside (False when /proc/cpuinfo is unreadable)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return False
+    return amx_tiles(text, platform.machine())
