@@ -1,6 +1,10 @@
-"""Shared pytest options: --update-golden rewrites golden files instead of comparing."""
+"""Shared pytest options: --update-golden rewrites golden files instead of comparing.
+Every test runs with DESKSIDE_HOME in a temporary folder (one per session), so nothing
+deskside makes on first use lands in the real home."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +16,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/golden files from the current output",
     )
+
+
+@pytest.fixture(scope="session")
+def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("deskside-home")
+
+
+@pytest.fixture(autouse=True)
+def _deskside_home(session_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DESKSIDE_HOME", str(session_home))
 
 
 @pytest.fixture

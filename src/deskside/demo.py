@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +25,6 @@ from deskside.recipe.types import Recipe
 from deskside.runtime.local import LocalRuntime
 from deskside.runtime.pipeline import UpOptions
 from deskside.runtime.records import find_run
-from deskside.tiny import write_tiny_model
 
 Say = Callable[[str], None]
 
@@ -130,9 +128,8 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
         if not ok:
             recipe = loopback_variant(recipe)
             notes.append(f"network namespaces unavailable ({why}): nodes run on loopback")
-    model_dir = Path(recipe.model.path or "")
-    say(f"writing the tiny DeepSeek-V3 model to {model_dir}")
-    write_tiny_model("deepseek-v3", model_dir)
+    # resolve_recipe made the embedded recipe's tiny model on first use
+    say(f"tiny DeepSeek-V3 model: {recipe.model.path}")
     planned = plan_recipe(recipe, path)
     say(f"plan: {planned.kv_cache_line}")
     t0 = time.monotonic()

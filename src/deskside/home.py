@@ -1,16 +1,29 @@
-"""Where deskside keeps its state: $DESKSIDE_HOME (default ~/.deskside) holds generated
-models and one run directory per recipe (state, logs), so `status`, `logs` and `down` work
-from another shell. Tests point everything at a temporary folder with that one variable."""
+"""Where deskside keeps its state, and what a recipe argument names.
+
+$DESKSIDE_HOME (default ~/.deskside) holds the models deskside makes and one run directory
+per recipe (state, logs), so `status`, `logs` and `down` work from another shell. Tests
+point everything at a temporary folder with that one variable.
+
+Every command that takes a recipe resolves it with :func:`resolve_recipe`: a recipe file,
+or the name of a recipe shipped inside deskside (``deskside.recipes_data``). An embedded
+recipe's relative paths resolve against $DESKSIDE_HOME, and the tiny model it serves
+(declared in ``recipes_data/tiny-models.toml``) is made there on first use."""
 
 from __future__ import annotations
 
+import difflib
 import os
+import tomllib
 from importlib import resources
 from pathlib import Path
 
-from deskside.errors import UsageError
+from deskside.errors import Location, UsageError
 from deskside.recipe.load import load_recipe, load_recipe_text
 from deskside.recipe.types import Recipe
+from deskside.tiny import ARCHS, ensure_tiny_model
+
+TINY_MODELS_FILE = "tiny-models.toml"
+"""In ``deskside.recipes_data``: embedded recipe name -> the tiny architecture it serves."""
 
 
 def deskside_home() -> Path:
@@ -30,19 +43,72 @@ def embedded_recipes() -> dict[str, str]:
     return out
 
 
-def resolve_recipe(arg: str | Path) -> tuple[Recipe, Path]:
-    """A recipe file, or the name of an embedded recipe (its relative paths then resolve
-    against $DESKSIDE_HOME)."""
+def embedded_tiny_models() -> dict[str, str]:
+    """Embedded recipe name -> the ``deskside.tiny`` architecture of the model it serves."""
+    text = resources.files("deskside.recipes_data").joinpath(TINY_MODELS_FILE).read_text()
+    table = tomllib.loads(text)
+    bad = {name: arch for name, arch in table.items() if arch not in ARCHS}
+    if bad:  # a packaging mistake of ours, caught by the unit tests
+        raise ValueError(f"{TINY_MODELS_FILE}: unknown tiny architecture(s) {bad}")
+    return {str(name): str(arch) for name, arch in table.items()}
+
+
+def ensure_embedded_model(name: str, recipe: Recipe) -> bool:
+    """Make the tiny model the embedded recipe `name` serves, at its model.path, unless it
+    is there. True when this call made it. Written to a temporary folder and renamed into
+    place, so two commands at once never see half a model."""
+    arch = embedded_tiny_models().get(name)
+    if arch is None or recipe.model.path is None:
+        return False
+    return ensure_tiny_model(arch, Path(recipe.model.path))
+
+
+def resolve_recipe(arg: str | Path, *, make_model: bool = True) -> tuple[Recipe, Path]:
+    """The recipe `arg` names and the path it is known by.
+
+    `arg` is a recipe file, or else the name of an embedded recipe: that one loads as if it
+    were the file $DESKSIDE_HOME/NAME.yaml (its relative paths resolve there) and, unless
+    `make_model` is false, its tiny model is made on first use. A file of the same name as
+    an embedded recipe wins. Anything else is a UsageError (exit 2) that says where deskside
+    looked and what it knows."""
     path = Path(arg)
-    if path.exists():
+    if path.is_file():
         return load_recipe(path), path
+    name = str(arg)
     embedded = embedded_recipes()
-    if str(arg) in embedded:
+    if name in embedded:
         home = deskside_home()
-        virtual = home / f"{arg}.yaml"
-        return load_recipe_text(embedded[str(arg)], str(virtual), base_dir=home), virtual
-    raise UsageError(
-        f"{arg}: no such recipe file",
-        hint="give a path to a recipe YAML, or one of the embedded recipes: "
-        + ", ".join(sorted(embedded)),
+        virtual = home / f"{name}.yaml"
+        recipe = load_recipe_text(embedded[name], str(virtual), base_dir=home)
+        if make_model:
+            ensure_embedded_model(name, recipe)
+        return recipe, virtual
+    raise _not_found(name, path, sorted(embedded))
+
+
+def _not_found(name: str, path: Path, embedded: list[str]) -> UsageError:
+    where = Location(path=str(path.absolute()))
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.yaml"))
+        return UsageError(
+            f"{name} is a folder, not a recipe file",
+            hint="give one of its recipes: " + ", ".join(inside)
+            if inside
+            else "give a recipe YAML file",
+            location=where,
+        )
+    hints = []
+    close = difflib.get_close_matches(name, embedded, n=1)
+    if close:
+        hints.append(f"Did you mean the embedded recipe {close[0]!r}?")
+    for suffix in (".yaml", ".yml"):
+        if path.suffix != suffix and path.with_name(path.name + suffix).is_file():
+            hints.append(f"Did you mean the file {path.name + suffix}?")
+    hints.append(
+        "Give a recipe YAML file, or the name of an embedded recipe: " + ", ".join(embedded)
+    )
+    return UsageError(
+        f"no such recipe file, and no embedded recipe is named {name!r}",
+        hint=" ".join(hints),
+        location=where,
     )

@@ -13,14 +13,22 @@ two KV heads (or MLA, replicated per rank) so that tensor parallelism of 2 split
 
 The output is byte-deterministic: the same ``arch`` and ``overrides`` give identical files
 (fixed corpus, single-threaded deterministic BPE training, JSON written with sorted keys).
+
+``ensure_tiny_model(arch, out)`` makes the model on first use, atomically (a temporary
+folder renamed into place), so concurrent commands never see half a model.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
+import shutil
+import tempfile
 from typing import Any
+
+from deskside.errors import DesksideError
 
 ARCHS: tuple[str, ...] = ("deepseek-v3", "llama", "qwen3", "gemma3")
 
@@ -387,6 +395,16 @@ def tokenizer_vocab_size(tokenizer_json: str) -> int:
     return int(max(ids)) + 1
 
 
+MODEL_FILES: tuple[str, ...] = (
+    "config.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
+"""The files :func:`write_tiny_model` writes."""
+
+
 def write_tiny_model(
     arch: str, out: pathlib.Path, overrides: dict[str, Any] | None = None
 ) -> pathlib.Path:
@@ -417,3 +435,42 @@ def write_tiny_model(
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     return out
+
+
+def ensure_tiny_model(arch: str, out: pathlib.Path) -> bool:
+    """Make the tiny ``arch`` model at ``out`` unless a whole one is there; True when this
+    call made it.
+
+    The files are written to a fresh temporary folder beside ``out`` (mode 0700), which is
+    then renamed to ``out`` in one step: a reader sees no model or a whole one, and when two
+    processes race, one rename wins and the other discards its copy. A folder at ``out``
+    that is not a whole model is not touched: the error says so.
+    """
+    out = pathlib.Path(out)
+    if all((out / name).is_file() for name in MODEL_FILES):
+        return False
+    if arch not in _BUILDERS:
+        raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
+    try:
+        out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise DesksideError(f"cannot make the tiny model at {out}: {exc.strerror}") from None
+    try:
+        write_tiny_model(arch, tmp)
+        try:
+            os.rename(tmp, out)
+        except OSError as exc:
+            if all((out / name).is_file() for name in MODEL_FILES):
+                return False  # another process made it first
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                missing = [n for n in MODEL_FILES if not (out / n).is_file()]
+                raise DesksideError(
+                    f"{out} exists but is not a whole tiny model (missing: {', '.join(missing)})",
+                    hint="move it away or delete it: deskside makes the model again on next use",
+                ) from None
+            raise DesksideError(f"cannot make the tiny model at {out}: {exc.strerror}") from None
+        return True
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from deskside.fabric.check import CheckOptions, check_fabric
+from deskside.fabric.check import check_fabric
+from deskside.fabric.check_types import CheckOptions
 from deskside.fabric.sysfs import dump_command
 from deskside.recipe.load import load_recipe, load_recipe_text
 from deskside.recipe.types import Recipe

@@ -13,7 +13,7 @@ from deskside.cli.common import JsonFlag, emit_json, err, fail, out
 from deskside.errors import DesksideError, UsageError
 
 if TYPE_CHECKING:
-    from deskside.fabric.check import CheckReport
+    from deskside.fabric.check_types import CheckReport
     from deskside.fabric.show import PortView, RecipeView, SnapshotView
     from deskside.recipe.types import Recipe
     from deskside.transport.base import Transport
@@ -76,10 +76,10 @@ def node_transports(recipe: Recipe, netns: dict[str, str]) -> dict[str, Transpor
     return transports
 
 
-def _load(recipe: Path) -> Recipe:
-    from deskside.recipe.load import load_recipe
+def _load(recipe: str) -> Recipe:
+    from deskside.home import resolve_recipe
 
-    return load_recipe(recipe)
+    return resolve_recipe(recipe, make_model=False)[0]  # the fabric needs no model
 
 
 # --------------------------------------------------------------------------- show
@@ -88,7 +88,10 @@ def _load(recipe: Path) -> Recipe:
 @app.command()
 def show(
     recipe: Annotated[
-        Path | None, typer.Argument(help="Recipe: show every node (through its transport).")
+        str | None,
+        typer.Argument(
+            help="Recipe file or embedded recipe's name: show every node (through its transport)."
+        ),
     ] = None,
     sysfs_root: Annotated[
         str | None,
@@ -242,7 +245,9 @@ def _print_recipe_view(view: RecipeView) -> None:
 
 @app.command()
 def check(
-    recipe: Annotated[Path, typer.Argument(help="Recipe whose nodes to check.")],
+    recipe: Annotated[
+        str, typer.Argument(help="Recipe whose nodes to check: a file, or an embedded name.")
+    ],
     netns: NetnsOpt = None,
     backend: Annotated[
         str, typer.Option(help="auto (gloo on CPU engines, nccl on GPU), gloo or nccl.")
@@ -279,7 +284,8 @@ def check(
 ) -> None:
     """Gate the fabric: links up, MTU equal, don't-fragment ping at full MTU, all-reduce
     bandwidth against the link rate, ib_write_bw. Exit 1 when a gate fails."""
-    from deskside.fabric.check import CheckOptions, check_fabric
+    from deskside.fabric.check import check_fabric
+    from deskside.fabric.check_types import CheckOptions
     from deskside.units import parse_bytes
 
     try:

@@ -13,7 +13,9 @@ from deskside.errors import DesksideError, UsageError
 
 
 def plan(
-    recipe: Annotated[Path | None, typer.Argument(help="Recipe YAML to plan.")] = None,
+    recipe: Annotated[
+        str | None, typer.Argument(help="Recipe file, or an embedded recipe's name.")
+    ] = None,
     model_dir: Annotated[
         Path | None, typer.Option(help="Plan a model folder (its config.json) without a recipe.")
     ] = None,
@@ -37,6 +39,7 @@ def plan(
     as_json: JsonFlag = False,
 ) -> None:
     """Plan memory exactly as vLLM will: KV blocks, tokens, concurrency, and refusals."""
+    from deskside.home import resolve_recipe
     from deskside.planner.inputs import Overrides, plan_model_dir, plan_recipe
     from deskside.units import parse_bytes
 
@@ -59,9 +62,8 @@ def plan(
         if recipe is not None and model_dir is not None:
             raise UsageError("give a recipe or --model-dir, not both")
         if recipe is not None:
-            from deskside.recipe.load import load_recipe
-
-            result = plan_recipe(load_recipe(recipe), recipe, overrides)
+            loaded, path = resolve_recipe(recipe)
+            result = plan_recipe(loaded, path, overrides)
         elif model_dir is not None:
             result = plan_model_dir(model_dir, overrides)
         else:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, fail, out
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out
 from deskside.errors import DesksideError, UsageError
 
 model_app = typer.Typer(help="Model helpers (tiny local models for tests and demos).")
@@ -20,12 +20,12 @@ def schema() -> None:
     emit_json(recipe_json_schema())
 
 
-def validate(recipe: Path, as_json: JsonFlag = False) -> None:
+def validate(recipe: RecipeArg, as_json: JsonFlag = False) -> None:
     """Load a recipe and report the first problems, located."""
-    from deskside.recipe.load import load_recipe
+    from deskside.home import resolve_recipe
 
     try:
-        loaded = load_recipe(recipe)
+        loaded, _ = resolve_recipe(recipe, make_model=False)  # the model is not read
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
