@@ -59,8 +59,9 @@ def test_matrix_against_known_server(server: ThreadedServer) -> None:
         assert cell.warmup_requests == cell.concurrency
         assert len(cell.requests) == 3 + cell.concurrency
         assert m.ttft_s is not None and m.ttft_s.min >= 0.02 and m.ttft_s.max < 0.2
-        # 19 tokens over 10 chunk intervals of 4 ms: 475 tok/s, loosely (timer jitter)
-        assert m.decode_tok_s is not None and 300 < m.decode_tok_s < 520
+        # 19 tokens over 10 chunk intervals of 4 ms: 475 tok/s, loosely: on a loaded machine
+        # a late first chunk lets the rest arrive closer together (seen: 551)
+        assert m.decode_tok_s is not None and 300 < m.decode_tok_s < 700
         w = cell.server
         assert w is not None and w.scraped
         # warm-ups happened before the first scrape: the window is the bench's alone
