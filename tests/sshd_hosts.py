@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deskside import localnet
-from deskside.runtime import procs
+from . import procs
 from deskside.transport.local import LocalTransport
 
 SSHD = "/usr/sbin/sshd"
