@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deskside import localnet
-from . import procs
 from deskside.transport.local import LocalTransport
+
+from . import procs
 
 SSHD = "/usr/sbin/sshd"
 
