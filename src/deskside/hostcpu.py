@@ -7,7 +7,9 @@ prefill and prefix caching on; without them the reference CPU MLA kernel forces 
 from __future__ import annotations
 
 import platform
-from pathlib import Path
+
+from deskside.transport.base import Transport
+from deskside.transport.local import LocalTransport
 
 X86 = ("x86_64", "amd64", "i386", "i686")
 
@@ -24,10 +26,11 @@ def amx_tiles(cpuinfo: str, machine: str) -> bool:
     return False
 
 
-def this_machine_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """`amx_tiles` of the machine running deskside (False when /proc/cpuinfo is unreadable)."""
+def this_machine_amx(t: Transport | None = None) -> bool:
+    """`amx_tiles` of the machine running deskside, read through its Transport (False when
+    /proc/cpuinfo is unreadable)."""
     try:
-        text = cpuinfo.read_text()
+        text = (t or LocalTransport()).get("/proc/cpuinfo").decode(errors="replace")
     except OSError:
         return False
     return amx_tiles(text, platform.machine())

@@ -25,6 +25,7 @@ from pathlib import Path
 
 # a module import: deskside.lock imports deskside.render.bundle, so either may load first
 from deskside import lock as lockfile
+from deskside.engine.launch import WILDCARD_HOSTS
 from deskside.fabric.nccl import fabric_envs
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
@@ -71,7 +72,7 @@ def _notes(ctx: RenderContext) -> list[str]:
     recipe = ctx.recipe
     for fabric in fabric_envs(recipe).values():
         notes.extend(f"{fabric.node}: {w}" for w in fabric.warnings)
-    if recipe.proxy.enabled and recipe.engine.host in ("0.0.0.0", "::", "[::]"):
+    if recipe.proxy.enabled and recipe.engine.host in WILDCARD_HOSTS:
         notes.append(
             f"engine.host is {recipe.engine.host}: the engine's API answers on every address "
             "of the head, around the proxy and its master key; leave engine.host unset so it "
