@@ -26,6 +26,22 @@ class HardwareProfile:
     cpu_amx: bool | None = None  # device cpu: AMX tiles (None: this machine's CPU decides)
 
 
+def _cpu(name: str, description: str, amx: bool | None) -> HardwareProfile:
+    """vLLM on CPU: the KV cache is sized explicitly; the CPU's AMX tiles decide the MLA
+    kernels (None: the CPU of the machine that plans, where CPU nodes run)."""
+    return HardwareProfile(
+        name=name,
+        description=description,
+        device="cpu",
+        total_bytes=0,
+        unified=True,
+        gpus_per_node=1,
+        safety_floor_bytes=2 * GIB,
+        attention_backend="cpu_attn",
+        cpu_amx=amx,
+    )
+
+
 # GB10: 128 GB LPDDR5X, of which the GPU reports about 121.6 GiB (published two-Spark
 # setups say "121 GB usable"). The floor is calibrated on published runs: 0.82 (21.9 GiB
 # left) served for months; 0.835 (20.1 GiB left) was killed during FlashInfer autotune
@@ -73,38 +89,9 @@ PROFILES: dict[str, HardwareProfile] = {
             safety_floor_bytes=0,
             attention_backend="flash_attn",
         ),
-        HardwareProfile(
-            name="cpu",
-            description="vLLM on CPU (KV cache sized explicitly, no GPU)",
-            device="cpu",
-            total_bytes=0,
-            unified=True,
-            gpus_per_node=1,
-            safety_floor_bytes=2 * GIB,
-            attention_backend="cpu_attn",
-        ),
-        HardwareProfile(
-            name="cpu-amx",
-            description="vLLM on an x86 CPU with AMX tiles (its AMX kernels)",
-            device="cpu",
-            total_bytes=0,
-            unified=True,
-            gpus_per_node=1,
-            safety_floor_bytes=2 * GIB,
-            attention_backend="cpu_attn",
-            cpu_amx=True,
-        ),
-        HardwareProfile(
-            name="cpu-no-amx",
-            description="vLLM on a CPU without AMX tiles (its reference kernels)",
-            device="cpu",
-            total_bytes=0,
-            unified=True,
-            gpus_per_node=1,
-            safety_floor_bytes=2 * GIB,
-            attention_backend="cpu_attn",
-            cpu_amx=False,
-        ),
+        _cpu("cpu", "vLLM on this machine's CPU (KV cache sized explicitly, no GPU)", None),
+        _cpu("cpu-amx", "vLLM on an x86 CPU with AMX tiles (its AMX kernels)", True),
+        _cpu("cpu-no-amx", "vLLM on a CPU without AMX tiles (its reference kernels)", False),
     )
 }
 
