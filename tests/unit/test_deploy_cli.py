@@ -130,3 +130,24 @@ def test_down_status_logs_find_the_recorded_deploy(tmp_path: Path, home: Path) -
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stopped"]
     assert load_run("ssh-tiny") is None
+
+
+def test_a_local_recipe_runs_as_processes_whatever_its_runtime_says(tmp_path: Path) -> None:
+    """runtime.kind/systemd describe deployed nodes; nodes on this machine run as processes
+    deskside starts (the CPU launcher here, not the image's `vllm`), with a note."""
+    text = (Path(__file__).parents[2] / "recipes" / "local-tiny.yaml").read_text()
+    text = text.replace("kind: native ", "kind: container ").replace(
+        "systemd: false", "systemd: true"
+    )
+    text = text.replace(
+        "  vllm_version:", "  image: x/y:1@sha256:" + "ab" * 32 + "\n  vllm_version:"
+    )
+    recipe = tmp_path / "local.yaml"
+    recipe.write_text(text)
+    ensure_tiny_model(tmp_path)
+    result = runner.invoke(app, ["up", str(recipe), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert any("run as processes started by deskside" in n for n in report["notes"])
+    spawns = [t["op"] for t in report["transcript"] if t["op"].startswith("spawn ")]
+    assert len(spawns) == 2 and all("-m deskside.engine.cpu serve" in op for op in spawns)

