@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from deskside.engine.launch import Site, launches
 from deskside.planner.inputs import plan_recipe
@@ -105,16 +106,28 @@ def test_rendered_launch_is_the_golden_launch(recipe_path: Path) -> None:
 
 
 @pytest.mark.parametrize("recipe_path", RECIPES, ids=[p.stem for p in RECIPES])
-def test_launch_pins_the_planned_length(recipe_path: Path) -> None:
-    """The argv carries the plan's max_model_len; with `auto`, the planned number."""
-    recipe, plan = load_and_plan(recipe_path)
-    auto = recipe.model_copy(
-        update={"engine": recipe.engine.model_copy(update={"max_model_len": "auto"})}
-    )
-    for r in (recipe, auto):
-        p = plan_recipe(r, recipe_path)
-        for la in launches(r, p, Site.deployed(r, recipe_path)):
-            i = la.args.index("--max-model-len")
-            assert la.args[i + 1] == str(p.max_model_len)
-            assert int(la.args[i + 1]) > 0
-    assert plan.max_model_len > 0
+@pytest.mark.parametrize("length", ["as written", "auto"])
+def test_one_length_everywhere(recipe_path: Path, length: str) -> None:
+    """`plan --json` max_model_len, every node's launch argv, the LiteLLM config and the
+    lock carry one number; with `max_model_len: auto` it is the planned one (never -1)."""
+    recipe, _ = load_and_plan(recipe_path)
+    engine = recipe.engine
+    if length == "auto":
+        engine = engine.model_copy(update={"max_model_len": "auto"})
+    # the proxy on, so its config is rendered too
+    proxy = recipe.proxy.model_copy(update={"enabled": True})
+    r = recipe.model_copy(update={"engine": engine, "proxy": proxy})
+    plan = plan_recipe(r, recipe_path)
+    planned = plan.model_dump(mode="json")["max_model_len"]
+    assert isinstance(planned, int) and planned > 0
+    for la in launches(r, plan, Site.deployed(r, recipe_path)):
+        assert la.args[la.args.index("--max-model-len") + 1] == str(planned), la.node
+    bundle = render(r, recipe_path, plan)
+    yaml = YAML(typ="safe")
+    litellm = yaml.load(bundle["cluster/litellm/config.yaml"].decode())
+    limits = {m["model_info"]["max_input_tokens"] for m in litellm["model_list"]}
+    assert limits == {planned}
+    lock = json.loads(bundle["cluster/deskside.lock"].decode())
+    assert lock["plan"]["max_model_len"] == planned
+    for node in lock["nodes"].values():
+        assert node["argv"][node["argv"].index("--max-model-len") + 1] == str(planned)
