@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from deskside.cli.common import JsonFlag, emit_json, fail
+from deskside.cli.common import JsonFlag, emit_json, err, fail
+from deskside.cli.common import out as stdout_console
 from deskside.errors import DesksideError, UsageError
 
 app = typer.Typer(
@@ -108,7 +109,6 @@ def bench(
     from deskside.bench.report import print_result
     from deskside.bench.runner import config_from, run_bench
 
-    err = Console(stderr=True)
     try:
         if url is None:
             # the cluster `deskside up` started, when exactly one runs
@@ -164,7 +164,7 @@ def bench(
     if as_json:
         sys.stdout.write(dumps(result))
     else:
-        console = Console()
+        console = stdout_console
         print_result(console, result, detail=detail)
         for kind, path in written.items():
             console.print(f"[dim]wrote {kind}:[/] {path}", highlight=False)
@@ -250,7 +250,7 @@ def compare_cmd(
                 verdict,
                 row.note or "",
             )
-        console = Console()
+        console = stdout_console
         console.print(table)
         console.print(f"{len(result.regressions)} regression(s) beyond noise")
     if result.regressions:

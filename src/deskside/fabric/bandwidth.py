@@ -14,7 +14,6 @@ from typing import Literal
 from deskside.fabric import probe
 from deskside.fabric.check_types import (
     DEFAULT_MIN_FRACTION,
-    MIB,
     AllReduceReport,
     CheckOptions,
     Gate,
@@ -25,6 +24,7 @@ from deskside.fabric.check_types import (
 from deskside.fabric.nccl import node_fabric_env
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Result, Transport
+from deskside.units import MIB
 
 
 def backend_for(recipe: Recipe, opts: CheckOptions) -> Literal["gloo", "nccl"]:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deskside.fabric import probe
 from deskside.fabric.gid import NodeResolution
+from deskside.units import MIB
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True)
 
@@ -17,7 +18,6 @@ Status = Literal["pass", "warn", "fail", "skip"]
 Progress = Callable[[str], None]
 
 DEFAULT_MIN_FRACTION = {"gloo": 0.10, "nccl": 0.75}
-MIB = 1024 * 1024
 
 
 class CheckOptions(BaseModel):
