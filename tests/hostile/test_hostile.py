@@ -1,0 +1,115 @@
+"""Hostile inputs, files and state, each a real `deskside` run in a fresh process.
+
+Every folder under tests/hostile/ holds a `cases.toml` and the files its cases use:
+
+    [[case]]
+    name = "negative-head-dim"            # unique in its folder
+    args = ["plan", "--model-dir", "{here}/neg-head-dim"]
+    exit = 2                              # the expected exit code
+    contains = "head_dim"                 # a fragment of stdout + stderr (case-insensitive)
+    make = ["fifo:pipe", "sparse:big.yaml:3GiB", "link:a->/etc/passwd", "mode:key:0644"]
+    home = "home"                         # DESKSIDE_HOME: this folder of the copy
+    stdin = ""                            # optional
+
+The folder is copied to a temporary folder first (`{here}`); `make` entries create what git
+cannot hold (FIFOs, sparse files, links, modes) inside that copy only. A case passes when
+deskside exits with `exit`, prints `contains`, prints no traceback, and is done within
+TIME_LIMIT seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+TIME_LIMIT = 5.0
+UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+
+
+def cases() -> list[tuple[Path, dict[str, Any]]]:
+    out = []
+    for toml in sorted(HERE.glob("*/cases.toml")):
+        for case in tomllib.loads(toml.read_text())["case"]:
+            out.append((toml.parent, case))
+    return out
+
+
+def _size(text: str) -> int:
+    for unit, factor in UNITS.items():
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(text)
+
+
+def make(root: Path, spec: str) -> None:
+    kind, _, rest = spec.partition(":")
+    if kind == "fifo":
+        os.mkfifo(root / rest)
+    elif kind == "sparse":
+        name, size = rest.rsplit(":", 1)
+        with open(root / name, "wb") as f:
+            f.truncate(_size(size))
+    elif kind == "link":
+        name, target = rest.split("->", 1)
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        path.symlink_to(target.replace("{here}", str(root)))
+    elif kind == "mode":
+        name, mode = rest.rsplit(":", 1)
+        os.chmod(root / name, int(mode, 8))
+    else:
+        raise ValueError(f"unknown make {spec!r}")
+
+
+def test_cases_are_well_formed() -> None:
+    seen = set()
+    for folder, case in cases():
+        key = (folder.name, case["name"])
+        assert key not in seen, key
+        seen.add(key)
+        assert {"name", "args", "exit", "contains"} <= set(case), key
+        assert case["contains"].strip(), key
+
+
+@pytest.mark.parametrize(
+    ("folder", "case"), cases(), ids=[f"{f.name}/{c['name']}" for f, c in cases()]
+)
+def test_hostile(folder: Path, case: dict[str, Any], tmp_path: Path) -> None:
+    root = tmp_path / folder.name
+    shutil.copytree(folder, root, symlinks=True)
+    for spec in case.get("make", []):
+        make(root, spec)
+    args = [a.replace("{here}", str(root)) for a in case["args"]]
+    home = root / case["home"] if "home" in case else tmp_path / "home"
+    env = {**os.environ, "DESKSIDE_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    env.pop("DESKSIDE_DEBUG", None)
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "deskside.cli", *args],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=env,
+            cwd=root,
+            input=case.get("stdin", ""),
+            timeout=TIME_LIMIT * 3,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no answer within {TIME_LIMIT * 3:.0f} s")
+    seconds = time.monotonic() - t0
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output, output[-2000:]
+    assert done.returncode == case["exit"], output[-2000:]
+    assert case["contains"].lower() in output.lower(), output[-2000:]
+    assert seconds < TIME_LIMIT, f"{seconds:.1f} s"
