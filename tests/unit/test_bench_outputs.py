@@ -174,6 +174,7 @@ def test_cli_json_and_out(server: ThreadedServer, tmp_path: Path) -> None:
 
 
 def test_cli_compare(result: BenchResult, tmp_path: Path) -> None:
+    result = steady(result)
     write_all(result, tmp_path / "a")
     write_all(slowed(result, 2.0), tmp_path / "b")
     res = runner.invoke(

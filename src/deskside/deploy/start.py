@@ -19,8 +19,9 @@ from deskside import secrets
 from deskside.deploy.deployment import Deployment, iso
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.runtime.contract import require_contract, wait_proxy
-from deskside.runtime.control import watched
-from deskside.runtime.ops import Executed, Local, Op, Spawn, stamp
+from deskside.runtime.control import run_tag, watched
+from deskside.runtime.node_sh import RUN_TAG
+from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, stamp
 from deskside.runtime.pipeline import Outcome
 from deskside.runtime.ready import wait_ready
 from deskside.runtime.records import NodeState
@@ -64,11 +65,15 @@ def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
     if d.recipe.proxy.enabled:
         head_rid = releases[d.head]
         release = d.layout.release(head_rid)
+        head_state = next(
+            op.state for op in ops if isinstance(op, Spawn | Record) and op.node == d.head
+        )
+        assert head_state is not None
         ops.append(
             Spawn(
                 d.head,
                 ("sh", f"{release}/{CLUSTER_DIR}/litellm/run-proxy.sh"),
-                (),
+                ((RUN_TAG, run_tag(head_state, "proxy")),),
                 d.layout.proxy_log(head_rid, stamp(started)),
                 release,
                 "starting the LiteLLM proxy on the head",

@@ -29,6 +29,12 @@ from deskside.transport.base import Result, Transport
 UNIT_DIR = "/etc/systemd/system"
 
 
+def run_tag(state: NodeState, what: str) -> str:
+    """The DESKSIDE_RUN tag of one start: recipe, node, start time and what started."""
+    when = "".join(ch for ch in state.started_at if ch.isdigit())[:14]
+    return f"{state.recipe}/{state.node}/{when}/{what}"
+
+
 def control_kind(systemd: bool, runtime_kind: str) -> ControlKind:
     if systemd:
         return "systemd"
@@ -97,13 +103,17 @@ class Control:
         """Stop the engine (and the proxy) `state` describes."""
         argv: list[list[str]] = []
         if state.proxy_pid is not None:
-            argv.append(node_sh.stop_session(state.proxy_pid, grace, state.proxy_pid_start))
+            argv.append(
+                node_sh.stop_session(
+                    state.proxy_pid, grace, state.proxy_pid_start, state.proxy_run_tag
+                )
+            )
         if self.kind == "systemd":
             argv.append([*self.sudo, "systemctl", "stop", self.layout.unit_name])
         elif self.kind == "compose":
             argv.append(self.compose("down"))
         elif state.pid is not None:
-            argv.append(node_sh.stop_session(state.pid, grace, state.pid_start))
+            argv.append(node_sh.stop_session(state.pid, grace, state.pid_start, state.run_tag))
         return argv
 
     def alive_command(self) -> list[str]:
@@ -142,7 +152,8 @@ class Control:
         `env`, in `cwd`, output to `log`); systemd and Compose start the release that
         `current` points at."""
         if self.kind == "process":
-            return [Spawn(node, argv, env, log, cwd, what, self.layout, "engine", state)]
+            tagged = (*env, (node_sh.RUN_TAG, run_tag(state, "engine")))
+            return [Spawn(node, argv, tagged, log, cwd, what, self.layout, "engine", state)]
         ops: list[Op] = [Record(node, self.layout, state, what)]
         rid = state.release or ""
         ops += [
@@ -172,7 +183,8 @@ class Control:
         if self.kind == "process":
             assert state.pid is not None and state.log is not None
             r = t.run(
-                node_sh.poll_process(state.pid, state.log, offset, state.pid_start), timeout=60
+                node_sh.poll_process(state.pid, state.log, offset, state.pid_start, state.run_tag),
+                timeout=60,
             )
             if not r.ok:
                 raise _fail(t, "reading the engine log", r)
@@ -187,7 +199,8 @@ class Control:
         if self.kind == "process":
             if state.pid is None:
                 return False
-            r = t.run(node_sh.poll_process(state.pid, "/dev/null", 0, state.pid_start), timeout=60)
+            poll = node_sh.poll_process(state.pid, "/dev/null", 0, state.pid_start, state.run_tag)
+            r = t.run(poll, timeout=60)
             return r.ok and node_sh.parse_poll(r.stdout)[0]
         r = t.run(self.alive_command(), timeout=60)
         return r.ok and (self.runtime != "container" or bool(r.stdout.strip()))
@@ -196,7 +209,7 @@ class Control:
         """(processes, RSS bytes) of the engine (process control; 0, 0 otherwise)."""
         if self.kind != "process" or state.pid is None:
             return 0, 0
-        r = t.run(node_sh.session_stats(state.pid, state.pid_start), timeout=60)
+        r = t.run(node_sh.session_stats(state.pid, state.pid_start, state.run_tag), timeout=60)
         return node_sh.parse_session_stats(r.stdout) if r.ok else (0, 0)
 
     def tail(self, t: Transport, state: NodeState, lines: int) -> str:

@@ -2,14 +2,23 @@
 and their parsers. Pure: argv lists and POSIX sh scripts; a Transport runs them (this
 machine, one of its network namespaces, or an SSH host alike).
 
-A started engine is known by its session leader's pid and that process's start time (field
-22 of /proc/PID/stat, clock ticks since boot), both recorded at start. A pid whose start
-time differs is another process that reused the number: it is reported as gone, never
-signalled. While any member of a session lives, Linux does not hand its session id to a new
-process, so the members of a session whose leader has exited are still the engine's.
+A started engine is known by three facts recorded at start: its session leader's pid, that
+process's start time (field 22 of /proc/PID/stat, clock ticks since boot), and the
+`DESKSIDE_RUN` tag deskside put in its environment (inherited through every exec and by every
+process it starts). A pid whose start time differs is another process that reused the number;
+a process without the tag is not the engine's: both are reported, never signalled. Only
+processes of the engine's session that carry the tag are signalled, and never pid 0 or 1.
 """
 
 from __future__ import annotations
+
+RUN_TAG = "DESKSIDE_RUN"
+"""The environment variable that marks every process of an engine deskside started."""
+
+# Positional checks every script starts with: a pid deskside may act on (never 0, 1 or junk).
+_PID_SH = r"""
+case $sid in ''|*[!0-9]*|0|1) echo "refusing to act on pid '$sid'" >&2; exit 2 ;; esac
+"""
 
 # The fields after "pid (comm) " of /proc/PID/stat: $1 state, $2 ppid, $3 pgrp, $4 session,
 # ... ${20} starttime. The command may hold spaces and parentheses: split after the last ") ".
@@ -18,12 +27,20 @@ stat_fields() {
   read -r st < "/proc/$1/stat" 2>/dev/null || return 1
   rest=${st##*) }
 }
-# the recorded leader $sid was replaced by another process (its start time differs)
+# the recorded leader $sid was replaced by another process (its start time differs, or it
+# lacks the run's tag)
 replaced() {
-  [ -n "$start" ] || return 1
   stat_fields "$sid" || return 1
-  set -- $rest
-  [ "${20}" != "$start" ]
+  if [ -n "$start" ]; then
+    set -- $rest
+    [ "${20}" = "$start" ] || return 0
+  fi
+  ! tagged "$sid"
+}
+# process $1 carries the run's tag in its environment (no tag recorded: every process does)
+tagged() {
+  [ -n "$tag" ] || return 0
+  tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "DESKSIDE_RUN=$tag"
 }
 """
 
@@ -38,18 +55,21 @@ members() {
     [ "$4" = "$sid" ] || continue
     case $1 in Z|X) continue ;; esac
     p=${f#/proc/}
-    echo "${p%/stat}"
+    p=${p%/stat}
+    tagged "$p" || continue
+    echo "$p"
   done
 }
 """
 
 STOP_SESSION_SH = (
-    "sid=$1; grace=$2; start=${3:-}\n"
+    "sid=$1; grace=$2; start=${3:-}; tag=${4:-}\n"
+    + _PID_SH
     + _STAT_SH
     + _MEMBERS_SH
     + r"""
 if replaced; then
-  echo "pid $sid is no longer the process deskside started (its start time differs): left alone" >&2
+  echo "pid $sid is not the process deskside started (start time or tag): left alone" >&2
   exit 0
 fi
 signal_all() { for p in $(members); do kill "-$1" "$p" 2>/dev/null; done; }
@@ -72,13 +92,15 @@ exit 1
 )
 
 
-def _start_arg(start: int | None) -> list[str]:
-    return [] if start is None else [str(start)]
+def _identity(start: int | None, tag: str | None) -> list[str]:
+    return ["" if start is None else str(start), tag or ""]
 
 
-def stop_session(pid: int, grace: float, start: int | None = None) -> list[str]:
-    """SIGTERM every process of session `pid`, SIGKILL what is left after `grace` seconds.
-    Exit 0: nothing of the engine is left (or `pid` is another process now)."""
+def stop_session(
+    pid: int, grace: float, start: int | None = None, tag: str | None = None
+) -> list[str]:
+    """SIGTERM every tagged process of session `pid`, SIGKILL what is left after `grace`
+    seconds. Exit 0: nothing of the engine is left (or `pid` is another process now)."""
     return [
         "sh",
         "-c",
@@ -86,12 +108,13 @@ def stop_session(pid: int, grace: float, start: int | None = None) -> list[str]:
         "sh",
         str(pid),
         str(max(1, round(grace))),
-        *_start_arg(start),
+        *_identity(start, tag),
     ]
 
 
 SESSION_STATS_SH = (
-    "sid=$1; start=${2:-}\n"
+    "sid=$1; start=${2:-}; tag=${3:-}\n"
+    + _PID_SH
     + _STAT_SH
     + _MEMBERS_SH
     + r"""
@@ -109,8 +132,8 @@ echo "processes=$n rss_kib=$rss"
 )
 
 
-def session_stats(pid: int, start: int | None = None) -> list[str]:
-    return ["sh", "-c", SESSION_STATS_SH, "sh", str(pid), *_start_arg(start)]
+def session_stats(pid: int, start: int | None = None, tag: str | None = None) -> list[str]:
+    return ["sh", "-c", SESSION_STATS_SH, "sh", str(pid), *_identity(start, tag)]
 
 
 def parse_session_stats(stdout: str) -> tuple[int, int]:
@@ -125,7 +148,8 @@ def parse_session_stats(stdout: str) -> tuple[int, int]:
 # Is the session leader $pid alive (not a zombie, still leading its session, the process
 # that was started), and what did its log grow by since byte $off? One round trip per poll.
 POLL_SH = (
-    "pid=$1; log=$2; off=$3; sid=$1; start=${4:-}\n"
+    "pid=$1; log=$2; off=$3; sid=$1; start=${4:-}; tag=${5:-}\n"
+    + _PID_SH
     + _STAT_SH
     + r"""
 alive=0
@@ -142,8 +166,10 @@ if [ "$size" -gt "$off" ]; then tail -c "+$((off + 1))" -- "$log" | head -c "$((
 )
 
 
-def poll_process(pid: int, log: str, offset: int, start: int | None = None) -> list[str]:
-    return ["sh", "-c", POLL_SH, "sh", str(pid), log, str(offset), *_start_arg(start)]
+def poll_process(
+    pid: int, log: str, offset: int, start: int | None = None, tag: str | None = None
+) -> list[str]:
+    return ["sh", "-c", POLL_SH, "sh", str(pid), log, str(offset), *_identity(start, tag)]
 
 
 def parse_poll(stdout: str) -> tuple[bool, int, bytes]:

@@ -176,13 +176,21 @@ def execute(
         elif isinstance(op, Spawn):
             pid = t.spawn(op.argv, env=dict(op.env), log_path=op.log, cwd=op.cwd)
             start = _pid_start(t, pid)
+            tag = dict(op.env).get(node_sh.RUN_TAG)
             if op.record == "engine":
                 assert op.state is not None
-                state = op.state.model_copy(update={"pid": pid, "pid_start": start, "log": op.log})
+                state = op.state.model_copy(
+                    update={"pid": pid, "pid_start": start, "run_tag": tag, "log": op.log}
+                )
             else:
                 base = done.states[op.node]
                 state = base.model_copy(
-                    update={"proxy_pid": pid, "proxy_pid_start": start, "proxy_log": op.log}
+                    update={
+                        "proxy_pid": pid,
+                        "proxy_pid_start": start,
+                        "proxy_run_tag": tag,
+                        "proxy_log": op.log,
+                    }
                 )
             write_state(t, op.layout, state)
             done.states[op.node] = state
