@@ -297,3 +297,52 @@ def test_proxy_key_file_checks(mode: str) -> None:
         assert "readable by others (mode 644)" in messages
     else:
         assert "missing or unreadable" in messages
+
+
+def test_only_processes_carrying_the_run_tag_are_signalled(tmp_path: Path) -> None:
+    """A process of the recorded session without the run's DESKSIDE_RUN tag (something the
+    engine did not start, or a foreign process named by a forged state) is never signalled."""
+    script = "env -u DESKSIDE_RUN sleep 60 & exec sleep 60"
+    log = tmp_path / "log"
+    pid = LOCAL.spawn(["sh", "-c", script], env={"DESKSIDE_RUN": "r/n/1/engine"}, log_path=str(log))
+    time.sleep(0.3)
+    members = procs.session_members(pid)
+    assert len(members) == 2
+    untagged = next(p.pid for p in members if p.pid != pid)
+    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    try:
+        assert _stats(pid, start)[0] == 2  # no tag given: every member counts
+        r = LOCAL.run(node_sh.session_stats(pid, start, "r/n/1/engine"))
+        assert node_sh.parse_session_stats(r.stdout)[0] == 1
+        # a wrong tag: the leader is not ours, nothing is signalled
+        r = LOCAL.run(node_sh.stop_session(pid, 1, start, "r/n/2/engine"))
+        assert r.ok and "left alone" in r.stderr
+        assert len(procs.session_members(pid)) == 2
+        # the right tag: the leader goes, the untagged member stays
+        assert LOCAL.run(node_sh.stop_session(pid, 1, start, "r/n/1/engine")).ok
+        procs.reap(pid)
+        assert [p.pid for p in procs.session_members(pid)] == [untagged]
+    finally:
+        os.kill(untagged, 9)  # the test's own process
+        procs.reap(pid)
+
+
+@pytest.mark.parametrize("pid", ["0", "1", "-1", "", "x"])
+def test_scripts_refuse_pids_that_select_groups_or_init(pid: str) -> None:
+    for script in (node_sh.STOP_SESSION_SH, node_sh.SESSION_STATS_SH):
+        r = LOCAL.run(["sh", "-c", script, "sh", pid, "1"])
+        assert r.rc == 2 and "refusing" in r.stderr
+    r = LOCAL.run(["sh", "-c", node_sh.POLL_SH, "sh", pid, "/dev/null", "0"])
+    assert r.rc == 2
+
+
+def test_a_state_naming_pid_1_does_not_load() -> None:
+    from pydantic import ValidationError
+
+    from deskside.runtime.records import NodeState
+
+    base = {"recipe": "r", "node": "n", "role": "head", "node_rank": 0, "release": None}
+    base |= {"control": "process", "started_at": "2026-01-01T00:00:00+00:00"}
+    for bad in (0, 1, -5):
+        with pytest.raises(ValidationError):
+            NodeState.model_validate({**base, "pid": bad})
