@@ -23,6 +23,12 @@ class LocalNet:
     mtu: int | None
 
 
+def bridge_name(first_netns: str) -> str:
+    """deskside's name for the bridge of a run's namespaces (the alphabetically first one's
+    name after `dsbr-`, as long as a link name may be)."""
+    return f"dsbr-{first_netns}"[:15]
+
+
 def local_net(recipe: Recipe) -> LocalNet | None:
     """The namespaces a recipe asks for, or None when no node has `netns`."""
     nodes = [n for n in recipe.cluster.nodes if n.netns]
@@ -44,7 +50,7 @@ def local_net(recipe: Recipe) -> LocalNet | None:
     used = {ipaddress.IPv4Interface(cidr).ip for *_, cidr in entries}
     gateway = next(ip for ip in reversed(list(network.hosts())) if ip not in used)
     return LocalNet(
-        bridge=f"dsbr-{nodes[0].netns}"[:15],
+        bridge=bridge_name(min(n.netns for n in nodes if n.netns)),
         bridge_address=f"{gateway}/{network.prefixlen}",
         namespaces=tuple(entries),
         mtu=recipe.cluster.fabric.mtu,

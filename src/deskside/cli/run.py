@@ -16,7 +16,8 @@ from deskside.home import resolve_recipe
 from deskside.planner.inputs import plan_recipe
 from deskside.report import print_demo, print_status, print_up
 from deskside.runtime.pipeline import UpOptions
-from deskside.runtime.records import find_run
+from deskside.runtime.records import find_run, only_run_name
+from deskside.runtime.records import forget as forget_run
 from deskside.runtime.select import runtime_for, runtime_of
 from deskside.runtime.status import log_follow, log_tail
 
@@ -67,10 +68,33 @@ def up(
         raise typer.Exit(report.exit_code or 1)
 
 
-def down(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag = False) -> None:
+def down(
+    run: RunOpt = None,
+    known_hosts: KnownHosts = None,
+    forget: Annotated[
+        bool,
+        typer.Option(
+            "--forget",
+            help="Signal nothing; remove deskside's own records of the run on this machine "
+            "(for a run whose engines are gone but whose records deskside cannot trust).",
+        ),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
     """Stop the run: engines head first (SIGTERM, SIGKILL after a grace period, or their
     systemd unit / Compose project), then the proxy; a run on this machine also loses the
     shared memory it left and the network namespaces it created."""
+    if forget:
+        try:
+            name = run or only_run_name()
+            removed = forget_run(name)
+        except DesksideError as exc:
+            fail(exc, as_json)
+        if as_json:
+            emit_json({"recipe": name, "forgotten": removed})
+        else:
+            out.print(f"{name}: forgot {len(removed)} record(s); nothing was signalled")
+        return
     try:
         record = find_run(run)
         leftovers = runtime_of(record, known_hosts).down(record)

@@ -82,7 +82,11 @@ def preflight(d: Deployment) -> Outcome:
         facts = pf.parse_facts(r.stdout)
         control = base.with_sudo(() if facts.root or base.kind == "process" else ("sudo", "-n"))
         d.controls[node.name] = control
-        state = read_state(t, d.layout)
+        try:
+            state = read_state(t, d.layout, recipe.name)
+        except DesksideError as exc:
+            findings.append(pf.Finding(node.name, exc.message, exc.hint))
+            continue
         d.old_states[node.name] = state
         d.old_alive[node.name] = state is not None and control.alive(t, state)
         check = pf.check_node(

@@ -12,14 +12,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+import stat
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deskside.errors import DesksideError
+from deskside.errors import DesksideError, UsageError
 from deskside.home import runs_dir
-from deskside.layout import NodeLayout
+from deskside.layout import STATE_FILE, NodeLayout
+from deskside.localnet import bridge_name
 from deskside.recipe.types import Ssh
 from deskside.transport.base import Result, Transport
 from deskside.transport.local import LocalTransport
@@ -31,6 +34,10 @@ RUN_FILE = "run.json"
 Pid = Annotated[int, Field(ge=2)]
 # a namespace or link name deskside made (never an option, never a path)
 LinkName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")]
+RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+TAG_RE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*/[0-9]{14}/(engine|proxy)"
+)
 
 
 class NodeState(BaseModel):
@@ -110,16 +117,62 @@ class RunRecord(BaseModel):
 # --------------------------------------------------------------------------- on the nodes
 
 
-def read_state(t: Transport, layout: NodeLayout) -> NodeState | None:
-    """The node's state file, or None (absent or unreadable)."""
-    try:
-        data = t.get(layout.state_file)
-    except FileNotFoundError:
+class BadState(DesksideError):
+    """A state file or run record deskside cannot trust: nothing is signalled on its word."""
+
+
+FORGET_HINT = (
+    "nothing was stopped on its word; if the engines are gone, remove deskside's records "
+    "with `deskside down --forget --recipe {name}` (it signals nothing)"
+)
+
+# The node's state file, read only when it is a regular file (never a link, a FIFO or a
+# device) of at most MAX_STATE_BYTES. Exit 4: absent; 3: not a file deskside reads.
+MAX_STATE_BYTES = 64 * 1024
+STATE_READ_SH = r"""
+f=$1; max=$2
+if [ -L "$f" ]; then echo "is a link" >&2; exit 3; fi
+[ -e "$f" ] || exit 4
+if [ ! -f "$f" ]; then echo "is not a regular file" >&2; exit 3; fi
+size=$(wc -c < "$f")
+if [ "$size" -gt "$max" ]; then echo "holds $size bytes" >&2; exit 3; fi
+cat -- "$f"
+"""
+
+
+def state_ok(state: NodeState, layout: NodeLayout) -> str | None:
+    """Why a state file cannot be deskside's own record for this node, or None."""
+    for path in (state.log, state.proxy_log):
+        if path is not None:
+            parts = PurePosixPath(path).parts
+            if not path.startswith(layout.logs + "/") or ".." in parts:
+                return f"its log {path!r} is not under {layout.logs}"
+    for tag in (state.run_tag, state.proxy_run_tag):
+        if tag is not None and not TAG_RE.fullmatch(tag):
+            return f"its run tag {tag!r} is not one deskside makes"
+    return None
+
+
+def read_state(t: Transport, layout: NodeLayout, recipe_name: str = "RECIPE") -> NodeState | None:
+    """The node's state file; None when there is none. BadState when it is there but is not
+    a record deskside wrote (not a regular file, too large, not a NodeState, paths outside
+    the node's layout)."""
+    where = f"{t.name}:{layout.state_file}"
+    hint = FORGET_HINT.format(name=recipe_name)
+    r = t.run(
+        ["sh", "-c", STATE_READ_SH, "sh", layout.state_file, str(MAX_STATE_BYTES)], timeout=30
+    )
+    if r.rc == 4:
         return None
+    if not r.ok:
+        raise BadState(f"{where} {r.stderr.strip() or 'cannot be read'}", hint=hint)
     try:
-        return NodeState.model_validate_json(data)
-    except ValueError:
-        return None
+        state = NodeState.model_validate_json(r.stdout)
+    except (ValueError, RecursionError):
+        raise BadState(f"{where} is not a state file deskside wrote", hint=hint) from None
+    if (why := state_ok(state, layout)) is not None:
+        raise BadState(f"{where}: {why}", hint=hint)
+    return state
 
 
 def state_bytes(state: NodeState) -> bytes:
@@ -155,21 +208,94 @@ def run_names() -> list[str]:
     return sorted(p.parent.name for p in runs_dir().glob(f"*/{RUN_FILE}"))
 
 
+MAX_RUN_BYTES = 1024 * 1024
+
+
+def check_run_name(name: str) -> str:
+    if not RUN_NAME_RE.fullmatch(name):
+        raise UsageError(
+            f"{name!r} is not a recipe name",
+            hint="recipe names are letters, digits, '.', '_' and '-' (see deskside status)",
+        )
+    return name
+
+
 def load_run(recipe_name: str) -> RunRecord | None:
-    path = run_file(recipe_name)
-    if not path.exists():
-        return None
+    """The run record of `recipe_name`, None when there is none; BadState when the file is
+    not a record deskside wrote for that run (see `run_problem`)."""
+    path = run_file(check_run_name(recipe_name))
+    hint = FORGET_HINT.format(name=recipe_name)
     try:
-        return RunRecord.model_validate_json(path.read_text())
-    except ValueError as exc:
-        raise DesksideError(
-            f"{path} is not a run record deskside can read: {exc}",
-            hint="remove the file if that run is gone",
-        ) from None
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise BadState(f"{path} is not a regular file", hint=hint)
+    if info.st_size > MAX_RUN_BYTES:
+        raise BadState(f"{path} holds {info.st_size:,} bytes, not a run record", hint=hint)
+    try:
+        run = RunRecord.model_validate_json(LocalTransport().get(str(path)))
+    except (ValueError, RecursionError):
+        raise BadState(f"{path} is not a run record deskside wrote", hint=hint) from None
+    if (why := run_problem(run, recipe_name)) is not None:
+        raise BadState(f"{path}: {why}", hint=hint)
+    return run
+
+
+def run_problem(run: RunRecord, recipe_name: str) -> str | None:
+    """Why `run` cannot be deskside's own record of `recipe_name`: every name and folder in
+    it is re-derived from deskside's own naming and compared."""
+    if run.recipe_name != recipe_name:
+        return f"it names recipe {run.recipe_name!r}"
+    for node in run.nodes:
+        if run.runtime == "local":
+            want = str(runs_dir() / recipe_name / "nodes" / node.name)
+            if node.recipe_dir != want:
+                return f"node {node.name}'s folder {node.recipe_dir!r} is not {want}"
+        else:
+            path = PurePosixPath(node.recipe_dir)
+            if not path.is_absolute() or ".." in path.parts or path.name != recipe_name:
+                return f"node {node.name}'s folder {node.recipe_dir!r} is not R/{recipe_name}"
+    if run.network is not None:
+        netns = sorted(n.netns for n in run.nodes if n.netns)
+        if sorted(run.network.namespaces) != netns:
+            return f"its namespaces {run.network.namespaces} are not the nodes' {netns}"
+        if not set(run.network.created) <= set(netns):
+            return f"it claims to have created namespaces {run.network.created}"
+        if netns and run.network.bridge != bridge_name(netns[0]):
+            return f"its bridge {run.network.bridge!r} is not {bridge_name(netns[0])!r}"
+    return None
+
+
+def only_run_name() -> str:
+    """The one run folder there is (its records may be unreadable)."""
+    names = (
+        sorted(p.name for p in runs_dir().iterdir() if p.is_dir()) if runs_dir().is_dir() else []
+    )
+    if len(names) != 1:
+        raise UsageError(
+            "name the run to forget: --recipe NAME",
+            hint="runs: " + (", ".join(names) or "none"),
+        )
+    return names[0]
+
+
+def forget(recipe_name: str) -> list[str]:
+    """Remove deskside's own records of a run on this machine (its run record, and the
+    state files of its nodes on this machine), signalling nothing; returns what went."""
+    base = runs_dir() / check_run_name(recipe_name)
+    removed = []
+    paths = [base / RUN_FILE, *sorted((base / "nodes").glob(f"*/{STATE_FILE}"))]
+    for path in paths:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+            removed.append(str(path))
+    return removed
 
 
 def find_run(name: str | None) -> RunRecord:
-    """The run `name`, or the only run there is."""
+    """The run `name`, or the only run there is (BadState for a record deskside cannot
+    trust)."""
     if name is not None:
         run = load_run(name)
         if run is None:

@@ -20,6 +20,7 @@ from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower
 from deskside.runtime.records import (
+    BadState,
     NodeState,
     RunNode,
     RunRecord,
@@ -116,7 +117,10 @@ def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
     """One node: its state file, the engine's liveness, processes and memory, or the
     reason it is gone (the failure its log explains, else its last line)."""
     try:
-        state = read_state(t, run.layout(node))
+        state = read_state(t, run.layout(node), run.recipe_name)
+    except BadState as exc:
+        reason = f"{node.name} ({node.role}): {exc.message}; {exc.hint}"
+        return NodeStatus(node.name, node.role, 0, "unknown", 0, 0, reason)
     except DesksideError as exc:
         reason = f"{node.name} ({node.role}): {exc.message}"
         return NodeStatus(node.name, node.role, 0, "unreachable", 0, 0, reason)
@@ -160,7 +164,11 @@ def down(
     for node in sorted(run.nodes, key=lambda n: n.role != "head"):
         t = _transport(run, node, transports)
         layout = run.layout(node)
-        state = read_state(t, layout)
+        try:
+            state = read_state(t, layout, run.recipe_name)
+        except BadState:
+            leftovers.append(node.name)
+            continue
         if state is None:
             continue
         control = login_control(t, control_of(run, node))
@@ -201,7 +209,7 @@ def open_logs(
     out = []
     for n in chosen:
         t = _transport(run, n, transports)
-        state = read_state(t, run.layout(n))
+        state = read_state(t, run.layout(n), run.recipe_name)
         if state is not None:
             out.append(NodeLog(n.name, t, login_control(t, control_of(run, n)), state))
     return out
