@@ -9,6 +9,7 @@ Every folder under tests/hostile/ holds a `cases.toml` and the files its cases u
     contains = "head_dim"                 # a fragment of stdout + stderr (case-insensitive)
     make = ["fifo:pipe", "sparse:big.yaml:3GiB", "link:a->/etc/passwd", "mode:key:0644"]
     home = "home"                         # DESKSIDE_HOME: this folder of the copy
+    fill = ["home/runs/x/run.json"]       # files of the copy in which {here} is filled in
     stdin = ""                            # optional
 
 The folder is copied to a temporary folder first (`{here}`); `make` entries create what git
@@ -64,6 +65,12 @@ def make(root: Path, spec: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
         path.symlink_to(target.replace("{here}", str(root)))
+    elif kind == "dir":
+        (root / rest).mkdir(parents=True, exist_ok=True)
+    elif kind == "deep":
+        name, depth = rest.rsplit(":", 1)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("[" * int(depth) + "]" * int(depth))
     elif kind == "mode":
         name, mode = rest.rsplit(":", 1)
         os.chmod(root / name, int(mode, 8))
@@ -87,6 +94,9 @@ def test_cases_are_well_formed() -> None:
 def test_hostile(folder: Path, case: dict[str, Any], tmp_path: Path) -> None:
     root = tmp_path / folder.name
     shutil.copytree(folder, root, symlinks=True)
+    for rel in case.get("fill", []):
+        path = root / rel
+        path.write_text(path.read_text().replace("{here}", str(root)))
     for spec in case.get("make", []):
         make(root, spec)
     args = [a.replace("{here}", str(root)) for a in case["args"]]

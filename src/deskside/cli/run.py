@@ -8,6 +8,7 @@ import time
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from deskside.cli.common import JsonFlag, RecipeArg, RunOpt, emit_json, err, fail, out
 from deskside.demo import run_demo
@@ -103,7 +104,8 @@ def down(
     if as_json:
         emit_json({"recipe": record.recipe_name, "stopped": not leftovers, "leftovers": leftovers})
     elif leftovers:
-        err.print(f"[red]could not stop:[/] {', '.join(leftovers)}")
+        for leftover in leftovers:
+            err.print("[red]could not stop:[/]", escape(leftover))
     else:
         out.print(f"{record.recipe_name}: down")
     if leftovers:

@@ -29,7 +29,8 @@ class Runtime(Protocol):
         ...
 
     def down(self, run: RunRecord, grace: float = 20.0) -> list[str]:
-        """Stop the run; returns the nodes where something could not be stopped."""
+        """Stop the run; returns `node: why` for each node where something could not be
+        stopped."""
         ...
 
     def status(self, run: RunRecord) -> ClusterStatus: ...

@@ -120,6 +120,8 @@ class RunRecord(BaseModel):
 class BadState(DesksideError):
     """A state file or run record deskside cannot trust: nothing is signalled on its word."""
 
+    exit_code = 2
+
 
 FORGET_HINT = (
     "nothing was stopped on its word; if the engines are gone, remove deskside's records "

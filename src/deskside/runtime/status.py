@@ -159,15 +159,15 @@ def down(
     """Stop the run's engines (head first, then workers) and the proxy; for a run on this
     machine, remove the shared memory it left and the network namespaces it created. A
     deployed run's releases stay on the nodes. Returns the nodes where something could not
-    be stopped."""
+    be stopped, each as `node: why`."""
     leftovers = []
     for node in sorted(run.nodes, key=lambda n: n.role != "head"):
         t = _transport(run, node, transports)
         layout = run.layout(node)
         try:
             state = read_state(t, layout, run.recipe_name)
-        except BadState:
-            leftovers.append(node.name)
+        except BadState as exc:
+            leftovers.append(f"{node.name}: {exc.message}; {exc.hint}")
             continue
         if state is None:
             continue
@@ -175,7 +175,7 @@ def down(
         if control.stop(t, state, grace):
             remove_state(t, layout)
         else:
-            leftovers.append(node.name)
+            leftovers.append(f"{node.name}: still running {grace:.0f} s after the stop signal")
     here = LocalTransport()
     if run.shm_before is not None:
         here.run(node_sh.shm_clean(run.shm_before), timeout=60)

@@ -13,8 +13,8 @@
 
 `run` sends `argv` quoted for POSIX sh (the login shell runs it); `env` is given with
 `env NAME=VALUE ...` (sshd drops most environment requests). `spawn` detaches with
-`setsid nohup ... &` and echoes the pid, a session leader, so a whole engine (with its
-worker processes) stops by session (see `deskside.deploy_stages.commands`). `put`
+`setsid` and the new session leader prints its own pid before it execs the program, so a
+whole engine (with its worker processes) stops by session (see `deskside.runtime.node_sh`). `put`
 writes a temporary file next to the target, sets the mode, and renames it over the target
 (SFTP posix-rename: atomic); `get` reads over SFTP.
 """
@@ -217,16 +217,17 @@ def spawn_command(
 ) -> str:
     """Start `argv` detached in a new session, output appended to `log_path`; print its pid.
 
-    A non-interactive shell has no job control, so the background child is not a process
-    group leader and `setsid` makes it the session leader without forking: `$!` is the
-    session id."""
+    The pid is printed by the new session leader itself (`echo $$` after `setsid`), so when
+    the command returns the process already leads its session: no window in which a stop
+    by session would miss it. The leader then `exec`s the program, keeping that pid."""
     log = shlex.quote(log_path)
     parent = shlex.quote(str(PurePosixPath(log_path).parent))
     prefix = f"mkdir -p -- {parent} || exit 1; "
     if cwd is not None:
         prefix += f"cd -- {shlex.quote(cwd)} || exit 1; "
     body = shell_command(argv, env)
-    return f"{prefix}setsid nohup {body} >>{log} 2>&1 </dev/null & echo $!"
+    leader = shlex.quote('l=$1; shift; echo $$; exec nohup "$@" >>"$l" 2>&1 </dev/null')
+    return f"{prefix}(setsid sh -c {leader} deskside-spawn {log} {body} </dev/null &)"
 
 
 class SshTransport:
