@@ -10,7 +10,8 @@ On every deployed node, with `R/N` = `runtime.root`/recipe name:
     R/N/logs/<id>.<start>.log     the engine's output of release <id> started at <start>
     R/N/models/<folder>/          a pushed local model folder (+ .deskside-manifest.json)
     R/N/cache/                    the engine container's ~/.cache (vLLM/FlashInfer caches)
-    R/N/secrets/                  0700; the generated proxy master key (0600, head only)
+    R/N/secrets/                  0700; the generated proxy master key and the engine key
+                                  file engine.env (0600, head only)
     runtime.hf_cache              the Hugging Face cache (weights), the same path in containers
 
 A run on this machine (`deskside.runtime.local`) uses the same shape per node under
@@ -28,6 +29,8 @@ from deskside.recipe.types import Recipe
 
 STATE_FILE = "state.json"
 MANIFEST_FILE = ".deskside-manifest.json"
+ENGINE_ENV_FILE = "engine.env"
+ENGINE_KEY_ENV = "VLLM_API_KEY"  # the key vLLM's API server requires (vllm.envs.VLLM_API_KEY)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,11 @@ class NodeLayout:
     @property
     def secrets(self) -> str:
         return self._p("secrets")
+
+    @property
+    def engine_env(self) -> str:
+        """The head's secret engine environment (the engine's API key), 0600."""
+        return self._p("secrets", ENGINE_ENV_FILE)
 
     @property
     def cache(self) -> str:

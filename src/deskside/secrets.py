@@ -18,6 +18,7 @@ from pathlib import Path
 
 from deskside.errors import UsageError
 from deskside.home import deskside_home
+from deskside.layout import ENGINE_ENV_FILE, ENGINE_KEY_ENV
 
 PROXY_MASTER_KEY = "proxy-master-key"
 
@@ -99,3 +100,37 @@ def proxy_master_key(recipe_name: str, key_file: Path | None = None) -> Secret:
     if key_file is not None:
         return read_secret(key_file, PROXY_MASTER_KEY)
     return load_or_create(secrets_dir(recipe_name) / PROXY_MASTER_KEY, PROXY_MASTER_KEY)
+
+
+def engine_env_path(recipe_name: str) -> Path:
+    return secrets_dir(recipe_name) / ENGINE_ENV_FILE
+
+
+def engine_api_key(recipe_name: str) -> Secret:
+    """The key the engine requires when a proxy fronts it (only the proxy and deskside hold
+    it), kept as the engine's environment file `VLLM_API_KEY=...` in
+    $DESKSIDE_HOME/secrets/<recipe>/engine.env (0600), generated at first use."""
+    path = engine_env_path(recipe_name)
+    if not path.exists():
+        write_secret(path, f"{ENGINE_KEY_ENV}={new_master_key()}")
+    name, _, value = read_secret(path, ENGINE_ENV_FILE).reveal().partition("=")
+    if name != ENGINE_KEY_ENV or not value:
+        raise UsageError(
+            f"{path}: holds no {ENGINE_KEY_ENV}=... line",
+            hint="remove the file: deskside makes a new key at the next `deskside up`",
+        )
+    return Secret(ENGINE_KEY_ENV, value)
+
+
+def engine_env_text(key: Secret) -> bytes:
+    """The engine's secret environment file (`VLLM_API_KEY=...`, sourced by launch.sh and
+    run-proxy.sh, an env_file for Compose)."""
+    return f"{ENGINE_KEY_ENV}={key.reveal()}\n".encode()
+
+
+def engine_auth(recipe_name: str, proxy_enabled: bool) -> dict[str, str] | None:
+    """The header the engine requires when a proxy fronts it (its /v1 answers only with the
+    key); None when no proxy does."""
+    if not proxy_enabled:
+        return None
+    return {"Authorization": f"Bearer {engine_api_key(recipe_name).reveal()}"}

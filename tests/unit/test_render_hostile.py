@@ -100,7 +100,16 @@ def test_launch_sh_passes_every_value_through_unchanged(
     recipe, path, _, out = hostile
     ctx = build_context(recipe, path, load_and_plan(path)[1])
     for launch in (n.launch for n in ctx.nodes):
-        done, recorded = run_script(out / launch.node / "launch.sh", tmp_path, shell)
+        script = out / launch.node / "launch.sh"
+        key = None
+        if launch.secret_env_file is not None:
+            # behind the proxy the head refuses to start without its key...
+            done, recorded = run_script(script, tmp_path, shell)
+            assert done.returncode == 1 and recorded is None, done.stderr
+            assert "engine key file" in done.stderr
+            # ...which Compose's env_file (here: the environment) can give
+            key = {"VLLM_API_KEY": "sk-hostile $(touch PWNED)"}
+        done, recorded = run_script(script, tmp_path, shell, key)
         assert done.returncode == 0, done.stderr
         assert recorded is not None, "the engine was not started"
         assert recorded["argv0"] == "vllm"
@@ -108,6 +117,10 @@ def test_launch_sh_passes_every_value_through_unchanged(
         for name, value in launch.env:
             assert recorded["env"][name] == value, name
         assert recorded["env"]["HF_HOME"] == recipe.runtime.hf_cache
+        if key is not None:
+            assert recorded["env"]["VLLM_API_KEY"] == key["VLLM_API_KEY"]
+            assert key["VLLM_API_KEY"] not in script.read_text()
+    assert any(n.launch.secret_env_file for n in ctx.nodes), "the hostile recipe has a proxy"
     no_payload_ran(tmp_path, out)
 
 
@@ -204,6 +217,11 @@ def test_run_proxy_reads_the_key_file_at_a_hostile_path(tmp_path: Path) -> None:
     key_file.write_text("sk-test-key\n")
     data = hostile_recipe_data("models/tiny")
     data["proxy"]["master_key_file"] = str(key_file)
+    root = tmp_path / "root$(touch${IFS}PWNED)`id`"
+    data["runtime"]["root"] = str(root)
+    engine_env = root / data["name"] / "secrets" / "engine.env"
+    engine_env.parent.mkdir(parents=True)
+    engine_env.write_text("VLLM_API_KEY=sk-engine-key\n")
     path = write_hostile_recipe(tmp_path / "recipe", data)
     recipe, plan = load_and_plan(path)
     out = tmp_path / "out"
@@ -221,7 +239,13 @@ def test_run_proxy_reads_the_key_file_at_a_hostile_path(tmp_path: Path) -> None:
         "4000",
     ]
     assert recorded["env"]["LITELLM_MASTER_KEY"] == "sk-test-key"
+    assert recorded["env"]["VLLM_API_KEY"] == "sk-engine-key"  # what the proxy sends on
     assert "sk-test-key" not in done.stdout + done.stderr
+    engine_env.unlink()
+    done, recorded = run_script(script, tmp_path)
+    assert done.returncode == 1 and recorded is None
+    assert "engine key file" in done.stderr
+    engine_env.write_text("VLLM_API_KEY=sk-engine-key\n")
     key_file.unlink()
     done, recorded = run_script(script, tmp_path)
     assert done.returncode == 1 and recorded is None
@@ -250,7 +274,8 @@ def test_flagship_launch_resolves_the_gid_index_from_sysfs(
     done, recorded = run_script(
         tmp_path / "out" / node / "launch.sh",
         tmp_path,
-        extra_env={"DESKSIDE_SYSFS_ROOT": str(root)},
+        # the head's engine key as Compose's env_file gives it
+        extra_env={"DESKSIDE_SYSFS_ROOT": str(root), "VLLM_API_KEY": "sk-compose"},
     )
     assert done.returncode == 0, done.stderr
     assert recorded is not None
@@ -265,7 +290,10 @@ def test_flagship_launch_refuses_to_start_without_a_gid(tmp_path: Path) -> None:
     done, recorded = run_script(
         tmp_path / "out" / "ai1" / "launch.sh",
         tmp_path,
-        extra_env={"DESKSIDE_SYSFS_ROOT": str(SYSFS / "port-down" / "sys")},
+        extra_env={
+            "DESKSIDE_SYSFS_ROOT": str(SYSFS / "port-down" / "sys"),
+            "VLLM_API_KEY": "sk-compose",
+        },
     )
     assert done.returncode == 1
     assert recorded is None, "the engine must not start with an unresolved GID index"

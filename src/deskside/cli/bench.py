@@ -124,6 +124,11 @@ def bench(
                 ) from None
             url = running.api_url
             model = model or running.served_names[0]
+            if running.proxy_url is not None and api_key is None:
+                # behind a proxy the engine requires its key (deskside holds it)
+                from deskside.secrets import engine_api_key
+
+                api_key = engine_api_key(running.recipe_name).reveal()
         if endpoint not in ("chat", "completions"):
             raise UsageError(f"--endpoint must be chat or completions, not {endpoint!r}")
         values: dict[str, Any] = {

@@ -229,22 +229,36 @@ def _model_ops(d: Deployment, node: str, folder: Path, target: str, rid: str) ->
 
 
 def _secret_ops(d: Deployment) -> list[Op]:
+    """Behind a proxy: the engine's key file (engine.env) and, unless the recipe names its
+    own, the proxy's master key, into the head's 0700 secrets folder; each value goes over
+    SFTP into a file created 0600, on no command line."""
     recipe = d.recipe
-    if not recipe.proxy.enabled or recipe.proxy.master_key_file is not None:
+    if not recipe.proxy.enabled:
         return []
-    key = secrets.proxy_master_key(recipe.name)
-    return [
+    ops: list[Op] = [
         Run(d.head, tuple(rel.private_dir(d.layout.secrets)), "creating the secrets folder"),
-        # the value goes over SFTP into a file created 0600; it is on no command line
         Put(
             d.head,
-            f"{d.layout.recipe_dir}/{HEAD_KEY_FILE}",
-            (key.reveal() + "\n").encode(),
+            d.layout.engine_env,
+            secrets.engine_env_text(secrets.engine_api_key(recipe.name)),
             0o600,
-            "the proxy master key",
+            "the engine's API key",
             secret=True,
         ),
     ]
+    if recipe.proxy.master_key_file is None:
+        key = secrets.proxy_master_key(recipe.name)
+        ops.append(
+            Put(
+                d.head,
+                f"{d.layout.recipe_dir}/{HEAD_KEY_FILE}",
+                (key.reveal() + "\n").encode(),
+                0o600,
+                "the proxy master key",
+                secret=True,
+            )
+        )
+    return ops
 
 
 def _switched(d: Deployment, done: Executed) -> list[str]:

@@ -123,7 +123,7 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
         timeout=d.options.timeout,
         say=d.say,
         interval=d.options.poll_interval,
-        client=d.http(10),
+        client=d.http(10, secrets.engine_auth(d.recipe.name, d.recipe.proxy.enabled)),
     )
     if d.report.proxy_url is not None:
         wait_proxy(

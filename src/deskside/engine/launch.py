@@ -22,7 +22,7 @@ from pathlib import Path
 
 from deskside.engine.cpu import launch_argv
 from deskside.fabric.nccl import fabric_envs
-from deskside.layout import NodeLayout, model_here, model_on_nodes
+from deskside.layout import ENGINE_ENV_FILE, NodeLayout, model_here, model_on_nodes
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Node, Recipe
 
@@ -40,6 +40,7 @@ class Site:
     hf_home: str | None  # HF_HOME for the engine; None: the node's own default
     workdir: str | None  # the engine's working directory; None: the caller's
     in_container: bool  # the engine runs inside the recipe's image
+    secrets_dir: str | None = None  # where the head keeps the engine's secret environment
 
     @classmethod
     def deployed(cls, recipe: Recipe, recipe_path: Path) -> Site:
@@ -51,13 +52,15 @@ class Site:
             hf_home=recipe.runtime.hf_cache,
             workdir=layout.current,
             in_container=recipe.runtime.kind == "container",
+            secrets_dir=layout.secrets,
         )
 
     @classmethod
     def this_machine(cls, recipe: Recipe, recipe_path: Path, python: str, workdir: str) -> Site:
         """Nodes that are this machine or its network namespaces: the model folder in place,
         `python` (the caller's interpreter) unless the recipe names one, the user's own
-        Hugging Face cache; processes, never a container."""
+        Hugging Face cache; processes, never a container. No proxy runs on this machine,
+        so no engine key either (`secret_env_file`)."""
         return cls(
             model=model_here(recipe, recipe_path),
             python=recipe.runtime.python or python,
@@ -81,6 +84,9 @@ class NodeLaunch:
     probe_url: str | None  # head: where the API answers, reachable from other hosts
     ports: tuple[int, ...]  # TCP ports the engine binds on this node
     gid_at_launch: bool  # NCCL_IB_GID_INDEX is resolved from sysfs when the node starts
+    # head behind a proxy: the 0600 file whose VLLM_API_KEY the engine requires (sourced at
+    # start, never in argv, launch.sh or the lock); None: the API takes requests without a key
+    secret_env_file: str | None = None
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -272,9 +278,18 @@ def launches(
                 probe_url=probe_url(recipe) if rank == 0 else None,
                 ports=tuple(ports),
                 gid_at_launch=roce and "NCCL_IB_GID_INDEX" not in env,
+                secret_env_file=secret_env_file(recipe, site) if rank == 0 else None,
             )
         )
     return [*out[1:][::-1], out[0]]
+
+
+def secret_env_file(recipe: Recipe, site: Site) -> str | None:
+    """The head's engine key file when a proxy fronts the engine: the proxy is then the only
+    door, since the engine answers /v1 only with the key (vLLM's AuthenticationMiddleware)."""
+    if not recipe.proxy.enabled or site.secrets_dir is None:
+        return None
+    return f"{site.secrets_dir}/{ENGINE_ENV_FILE}"
 
 
 def launch_of(launches_: list[NodeLaunch], node: str) -> NodeLaunch:

@@ -62,7 +62,9 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
         "ulimits": {"memlock": -1, "stack": 67108864},
         "restart": "unless-stopped",
         "stop_grace_period": "2m",
-        "env_file": ["node.env"],
+        # the engine key (head behind a proxy) from its 0600 file, never in the bundle
+        "env_file": ["node.env"]
+        + ([compose_string(n.launch.secret_env_file)] if n.launch.secret_env_file else []),
         "volumes": volumes,
     }
     if recipe.cluster.fabric.transport == "roce":

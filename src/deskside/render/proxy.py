@@ -4,13 +4,16 @@ and `cluster/litellm/run-proxy.sh` starts it.
 
 The master key never appears in a rendered file: the config names an environment variable
 (`os.environ/LITELLM_MASTER_KEY`, LiteLLM's own indirection) and run-proxy.sh reads the key
-from its 0600 file on the head at start-up (`deskside.secrets`).
+from its 0600 file on the head at start-up (`deskside.secrets`). The engine's own key
+(VLLM_API_KEY, which the engine requires when the proxy fronts it) comes the same way from
+the head's engine.env.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from deskside.layout import ENGINE_KEY_ENV
 from deskside.render.context import RenderContext
 from deskside.render.quote import sh
 from deskside.render.serialize import comment_header, yaml_text
@@ -36,6 +39,9 @@ def litellm_config(ctx: RenderContext) -> dict[str, Any]:
                 # to vLLM, which answers to every --served-model-name.
                 "model": f"hosted_vllm/{name}",
                 "api_base": api_base,
+                # the engine requires its own key behind the proxy (the proxy is the only
+                # door); LiteLLM reads it from the environment run-proxy.sh sets up
+                "api_key": f"os.environ/{ENGINE_KEY_ENV}",
             },
             "model_info": {"max_input_tokens": ctx.plan.max_model_len},
         }
@@ -77,6 +83,17 @@ def render_run_proxy(ctx: RenderContext) -> str:
         "fi",
         f'{MASTER_KEY_ENV}=$(cat "$key_file")',
         f"export {MASTER_KEY_ENV}",
+        "# the engine's own key, which the proxy sends to it",
+        f"engine_env={sh(ctx.layout.engine_env)}",
+        'if [ ! -r "$engine_env" ]; then',
+        "  printf 'deskside: the engine key file %s is missing or unreadable\\n' "
+        '"$engine_env" >&2',
+        "  exit 1",
+        "fi",
+        "set -a",
+        "# shellcheck source=/dev/null",
+        '. "$engine_env"',
+        "set +a",
         "# no network at start-up: use the cost map bundled with LiteLLM",
         "export LITELLM_LOCAL_MODEL_COST_MAP=True",
         f'exec litellm --config "$here/config.yaml" --host {sh(recipe.head.address)} '

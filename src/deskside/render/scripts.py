@@ -38,6 +38,7 @@ def render_launch(ctx: RenderContext, n: NodeContext) -> str:
         **_header(ctx, n),
         env=n.env,
         gid_snippet=snippet.rstrip("\n"),
+        secret_env_file=n.launch.secret_env_file,
         command_lines=command_lines(n.launch.program, n.launch.args),
     )
 

@@ -26,6 +26,25 @@ export VLLM_CACHE_ROOT=/var/lib/deskside/hf-cache/vllm
 export VLLM_HOST_IP=192.168.100.1
 export VLLM_USE_BREAKABLE_CUDAGRAPH=0
 
+# The engine's API key: a proxy fronts this engine, so its API answers /v1 only with the
+# key. The key is read from its 0600 file (a container gets it from Compose's env_file);
+# it is in no rendered file and on no command line.
+if [ -z "${VLLM_API_KEY:-}" ]; then
+  key_env=/opt/deskside/dual-spark-deepseek-v4-flash/secrets/engine.env
+  if [ ! -r "$key_env" ]; then
+    printf 'deskside: the engine key file %s is missing or unreadable\n' "$key_env" >&2
+    exit 1
+  fi
+  set -a
+  # shellcheck source=/dev/null
+  . "$key_env"
+  set +a
+fi
+if [ -z "${VLLM_API_KEY:-}" ]; then
+  printf 'deskside: no VLLM_API_KEY: the engine would take requests without a key\n' >&2
+  exit 1
+fi
+
 # RoCE: resolve NCCL_IB_GID_INDEX from this node's sysfs at every start, since
 # GID indexes drift after reboots and address changes. Fails closed: never an empty index.
 deskside_read() {

@@ -14,6 +14,16 @@ if [ ! -r "$key_file" ]; then
 fi
 LITELLM_MASTER_KEY=$(cat "$key_file")
 export LITELLM_MASTER_KEY
+# the engine's own key, which the proxy sends to it
+engine_env=/opt/deskside/dual-spark-deepseek-v4-flash/secrets/engine.env
+if [ ! -r "$engine_env" ]; then
+  printf 'deskside: the engine key file %s is missing or unreadable\n' "$engine_env" >&2
+  exit 1
+fi
+set -a
+# shellcheck source=/dev/null
+. "$engine_env"
+set +a
 # no network at start-up: use the cost map bundled with LiteLLM
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 exec litellm --config "$here/config.yaml" --host 192.168.0.27 --port 4000
