@@ -36,6 +36,8 @@ from ..sshd_hosts import SshHosts, can_run, ssh_hosts
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).parents[2]
+PROXY_BIN = Path(os.environ.get("DESKSIDE_PROXY_VENV", ROOT / ".venv-proxy")) / "bin"
+PROXY_PORT = 4000
 BAD_FLAG = "--deskside-e2e-no-such-flag"
 
 
@@ -71,6 +73,16 @@ class Setup:
     def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
         return deskside(self.home, *args, timeout=timeout)
 
+    def engine_key(self) -> str:
+        """The engine key deskside made (this machine's copy, 0600)."""
+        line = (self.home / "secrets" / "ssh-tiny" / "engine.env").read_text().strip()
+        name, _, key = line.partition("=")
+        assert name == "VLLM_API_KEY" and key
+        return key
+
+    def engine_auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.engine_key()}"}
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
@@ -88,6 +100,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             hf_cache=str(base / "hf-cache"),
             engine_host="0.0.0.0",  # the API on every address of the head
         )
+        # a real LiteLLM in front (its own virtualenv, as LiteLLM's pins clash with vLLM's):
+        # the engine then takes /v1 requests only with its own key
+        assert (PROXY_BIN / "litellm").exists(), f"litellm is not installed in {PROXY_BIN}"
+        data["proxy"] = {
+            "enabled": True,
+            "port": PROXY_PORT,
+            "litellm": str(PROXY_BIN / "litellm"),
+        }
         recipes = base / "recipes"
         good = write_recipe(recipes, data, "good.yaml")
         data["engine"]["max_num_seqs"] = 5
@@ -158,7 +178,7 @@ def test_tp2_spans_the_link_and_every_alias_serves(setup: Setup) -> None:
     assert established.strip(), "no TCP connection from the worker host to the head"
     url = setup.first["api_url"]
     assert url == f"http://{h0.address}:8888"
-    with httpx.Client(timeout=120) as client:
+    with httpx.Client(timeout=120, headers=setup.engine_auth()) as client:
         for name in ("deepseek-v4-flash-tiny", "tiny"):
             r = client.post(
                 f"{url}/v1/chat/completions",
@@ -171,6 +191,45 @@ def test_tp2_spans_the_link_and_every_alias_serves(setup: Setup) -> None:
             )
             assert r.status_code == 200, r.text
             assert r.json()["usage"]["completion_tokens"] == 8
+
+
+def test_the_proxy_is_the_only_door(setup: Setup) -> None:
+    """The engine behind the proxy refuses requests without its key; the proxy serves with
+    its master key; the engine key is on no command line, in no rendered file, and its
+    file on the head is 0600."""
+    h0 = setup.hosts.hosts[0]
+    api = setup.first["api_url"]
+    proxy = setup.first["proxy_url"]
+    assert proxy == f"http://{h0.address}:{PROXY_PORT}"
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    with httpx.Client(timeout=120) as client:
+        assert client.post(f"{api}/v1/chat/completions", json=body).status_code == 401
+        assert client.get(f"{api}/v1/models").status_code == 401
+        wrong = {"Authorization": "Bearer sk-not-the-key"}
+        assert client.get(f"{api}/v1/models", headers=wrong).status_code == 401
+        assert client.get(f"{api}/v1/models", headers=setup.engine_auth()).status_code == 200
+        assert client.get(f"{api}/health").status_code == 200  # liveness stays open
+        master = (setup.home / "secrets" / "ssh-tiny" / "proxy-master-key").read_text().strip()
+        r = client.post(
+            f"{proxy}/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {master}"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] is not None
+    key = setup.engine_key()
+    tree = h0.private_dir / "ssh-tiny"
+    engine_env = tree / "secrets" / "engine.env"
+    assert engine_env.read_text().strip() == f"VLLM_API_KEY={key}"
+    assert engine_env.stat().st_mode & 0o777 == 0o600
+    assert (tree / "secrets").stat().st_mode & 0o777 == 0o700
+    for path in (tree / "current").rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path
+    head = procs.read_proc(setup.state(0)["pid"])
+    assert head is not None and key not in head.cmdline
+    members = procs.session_members(setup.state(0)["pid"])
+    assert members and all(key not in m.cmdline for m in members)
 
 
 def test_status_and_logs_over_ssh(setup: Setup) -> None:
@@ -208,7 +267,7 @@ def test_dry_run_changes_nothing(setup: Setup) -> None:
         "contract": "planned",
     }
     spawns = [t["node"] for t in report["transcript"] if t["op"].startswith("spawn ")]
-    assert spawns == ["node1", "node0"]
+    assert spawns == ["node1", "node0", "node0"]  # the worker, the head, the head's proxy
     changed = {d["host"]: d for d in report["diffs"]}
     assert changed["node0"]["restart_engine"] and changed["node1"]["restart_engine"]
     assert "engine arguments changed" in changed["node0"]["values"]
@@ -249,7 +308,7 @@ def test_broken_release_rolls_back_to_the_working_one(setup: Setup) -> None:
     )
     st = json.loads(setup.cli("status", "--json").stdout)
     assert st["cluster"] == "READY" and st["release"] == good
-    with httpx.Client(timeout=120) as client:
+    with httpx.Client(timeout=120, headers=setup.engine_auth()) as client:
         r2 = client.post(
             f"{report['api_url']}/v1/chat/completions",
             json={

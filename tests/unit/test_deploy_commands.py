@@ -165,7 +165,7 @@ def test_facts_probe_runs_here(tmp_path: Path) -> None:
             str(tmp_path / "not" / "yet"),
             python=sys.executable,
             docker=False,
-            litellm=False,
+            litellm=None,
             key_file=None,
         )
         facts = pf.parse_facts(LOCAL.run(argv).stdout)
@@ -178,7 +178,7 @@ def test_facts_probe_runs_here(tmp_path: Path) -> None:
     missing = pf.parse_facts(
         LOCAL.run(
             pf.facts_command(
-                "/", python="no-such-python", docker=False, litellm=False, key_file=None
+                "/", python="no-such-python", docker=False, litellm=None, key_file=None
             )
         ).stdout
     )

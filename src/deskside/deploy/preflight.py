@@ -33,7 +33,7 @@ print("deskside=" + ("1" if u.find_spec("deskside") else "0"))
 """
 
 FACTS_SH = r"""
-rd=$1; py=$2; want_docker=$3; want_litellm=$4; key_file=$5; probe=$6
+rd=$1; py=$2; want_docker=$3; litellm=$4; key_file=$5; probe=$6
 uid=$(id -u); echo "uid=$uid"
 if [ "$uid" != 0 ]; then
   if sudo -n true 2>/dev/null; then echo sudo=1; else echo sudo=0; fi
@@ -60,7 +60,7 @@ fi
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
   echo systemd=1
 fi
-if [ "$want_litellm" = 1 ] && command -v litellm >/dev/null 2>&1; then echo litellm=1; fi
+if [ -n "$litellm" ] && command -v "$litellm" >/dev/null 2>&1; then echo litellm=1; fi
 if [ -n "$key_file" ]; then
   if [ -r "$key_file" ]; then
     echo "key_mode=$(stat -c %a -- "$key_file")"
@@ -76,9 +76,10 @@ def facts_command(
     *,
     python: str | None,
     docker: bool,
-    litellm: bool,
+    litellm: str | None,
     key_file: str | None,
 ) -> list[str]:
+    """`litellm`: the proxy's program to look for on the node (None: none wanted)."""
     return [
         "sh",
         "-c",
@@ -87,7 +88,7 @@ def facts_command(
         recipe_dir,
         python or "",
         "1" if docker else "0",
-        "1" if litellm else "0",
+        litellm or "",
         key_file or "",
         PYTHON_PROBE,
     ]
@@ -289,7 +290,11 @@ def check_node(
         )
     if recipe.proxy.enabled and node.role == "head":
         if not facts.litellm:
-            problem("litellm is not installed on the head", "pip install 'litellm[proxy]'")
+            problem(
+                f"{recipe.proxy.litellm} (proxy.litellm) is not found on the head",
+                "pip install 'litellm[proxy]' there, or set proxy.litellm to its path "
+                "(e.g. a virtualenv's bin/litellm)",
+            )
         key_file = recipe.proxy.master_key_file
         if key_file is not None:
             if facts.key_mode in (None, "missing"):

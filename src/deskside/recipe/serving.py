@@ -258,6 +258,13 @@ class Proxy(BaseModel):
     enabled: bool = Field(False, description="Run the proxy on the head node.")
     kind: Literal["litellm"] = Field("litellm", description="Proxy implementation.")
     port: Port = Field(4000, description="Port the proxy listens on.")
+    litellm: NoSpace = Field(
+        "litellm",
+        pattern=r"^[^-]",
+        description="The LiteLLM program on the head: a name on its PATH or an absolute path "
+        "(LiteLLM's dependencies clash with vLLM's, so it often lives in its own virtualenv: "
+        "/opt/litellm/bin/litellm).",
+    )
     master_key_file: NoSpace | None = Field(
         None,
         description="File on the head node holding the proxy's master key. None: no key.",

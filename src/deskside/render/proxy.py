@@ -96,7 +96,7 @@ def render_run_proxy(ctx: RenderContext) -> str:
         "set +a",
         "# no network at start-up: use the cost map bundled with LiteLLM",
         "export LITELLM_LOCAL_MODEL_COST_MAP=True",
-        f'exec litellm --config "$here/config.yaml" --host {sh(recipe.head.address)} '
-        f"--port {recipe.proxy.port}",
+        f'exec {sh(recipe.proxy.litellm)} --config "$here/config.yaml" '
+        f"--host {sh(recipe.head.address)} --port {recipe.proxy.port}",
     ]
     return "\n".join(lines) + "\n"
