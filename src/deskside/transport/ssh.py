@@ -28,7 +28,7 @@
 `setsid` and the new session leader prints its own pid before it execs the program, so a
 whole engine (with its worker processes) stops by session (see `deskside.runtime.node_sh`). `put`
 writes a temporary file next to the target, sets the mode, and renames it over the target
-(SFTP posix-rename: atomic); `get` reads a regular file of at most `limit` bytes over SFTP.
+(SFTP posix-rename: atomic); `get` reads over SFTP.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import concurrent.futures
 import contextlib
 import functools
 import shlex
-import stat
 import threading
 import uuid
 from collections.abc import Coroutine, Mapping, Sequence
@@ -50,9 +49,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from deskside.errors import DesksideError
-from deskside.smallfile import file_kind
 from deskside.transport.base import Result
-from deskside.transport.local import GET_LIMIT
 from deskside.transport.ssh_keys import (
     HostKeySeen,
     config_identity_files,
@@ -405,27 +402,18 @@ class SshTransport:
         except asyncssh.SFTPError as exc:
             raise SshError(f"{self.name}: cannot write {path}: {exc.reason}") from None
 
-    async def _get(self, path: str, limit: int) -> bytes:
+    async def _get(self, path: str) -> bytes:
         conn = await self._conn()
         async with conn.start_sftp_client() as sftp:
             try:
-                mode = (await sftp.stat(path)).permissions
-                if mode is not None and not stat.S_ISREG(mode):  # a FIFO would block
-                    raise SshError(
-                        f"{self.name}: cannot read {path}: {file_kind(mode)}, "
-                        "not a regular file"
-                    )
                 async with sftp.open(path, "rb", encoding=None) as f:
-                    data = await f.read(limit + 1)
+                    data = await f.read()
             except asyncssh.SFTPNoSuchFile:
                 raise FileNotFoundError(path) from None
-        if len(data) > limit:
-            raise SshError(f"{self.name}: cannot read {path}: larger than {limit:,} bytes")
         return data if isinstance(data, bytes) else data.encode()
 
-    def get(self, path: str, limit: int = GET_LIMIT) -> bytes:
-        """A regular file of at most `limit` bytes (a FIFO or a larger file: SshError)."""
+    def get(self, path: str) -> bytes:
         try:
-            return self._call(self._get(path, limit))
+            return self._call(self._get(path))
         except asyncssh.SFTPError as exc:
             raise SshError(f"{self.name}: cannot read {path}: {exc.reason}") from None
