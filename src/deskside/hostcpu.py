@@ -12,6 +12,7 @@ from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 
 X86 = ("x86_64", "amd64", "i386", "i686")
+CPUINFO_LIMIT = 1 << 20  # bytes of /proc/cpuinfo read at most: 256 cores take about 400 KiB
 
 
 def amx_tiles(cpuinfo: str, machine: str) -> bool:
@@ -28,9 +29,14 @@ def amx_tiles(cpuinfo: str, machine: str) -> bool:
 
 def this_machine_amx(t: Transport | None = None) -> bool:
     """`amx_tiles` of the machine running deskside, read through its Transport (False when
-    /proc/cpuinfo is unreadable)."""
+    /proc/cpuinfo is unreadable, not a regular file, or longer than CPUINFO_LIMIT)."""
+    t = t or LocalTransport()
     try:
-        text = (t or LocalTransport()).get("/proc/cpuinfo").decode(errors="replace")
+        if isinstance(t, LocalTransport):  # bounded and non-blocking (deskside.smallfile)
+            data = t.get("/proc/cpuinfo", limit=CPUINFO_LIMIT)
+        else:
+            data = t.get("/proc/cpuinfo")[:CPUINFO_LIMIT]
     except OSError:
         return False
+    text = data.decode(errors="replace")
     return amx_tiles(text, platform.machine())

@@ -1,4 +1,6 @@
-"""Rich renderings of library results for the terminal."""
+"""Rich renderings of library results for the terminal. Every text that comes from a
+recipe, a model, a node or an engine goes through `shown` (markup and control characters
+printed literally)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from deskside.cli.common import literal, shown
 from deskside.planner.plan import Plan
 from deskside.runtime.pipeline import UpReport
 from deskside.runtime.status import ClusterStatus
@@ -19,8 +22,9 @@ def _params(n: int) -> str:
 def print_plan(console: Console, p: Plan) -> None:
     m, e = p.model, p.engine
     console.print(
-        f"[bold]{m['architecture']}[/] ({m['family']}): {_params(m['total_params'])} parameters, "
-        f"{_params(m['active_params'])} active per token, weights {m['weights_format']} "
+        f"[bold]{shown(m['architecture'])}[/] ({shown(m['family'])}): "
+        f"{_params(m['total_params'])} parameters, "
+        f"{_params(m['active_params'])} active per token, weights {shown(m['weights_format'])} "
         f"{format_gib(m['weights_bytes_total'])} in all"
     )
     spec = e["speculative"]
@@ -48,7 +52,7 @@ def print_plan(console: Console, p: Plan) -> None:
     for r in p.ranks:
         table.add_row(
             str(r.rank),
-            r.node or "-",
+            shown(r.node or "-"),
             format_gib(r.weights_bytes),
             format_gib(r.non_kv_bytes),
             format_gib(r.available_kv_bytes),
@@ -62,7 +66,7 @@ def print_plan(console: Console, p: Plan) -> None:
     if p.memory is not None:
         mem = p.memory
         console.print(
-            f"node memory ({mem.hardware}{', unified' if mem.unified else ''}): "
+            f"node memory ({shown(mem.hardware)}{', unified' if mem.unified else ''}): "
             f"{format_gib(mem.total_bytes)} total, "
             f"vLLM budget {format_gib(mem.vllm_budget_bytes)}, "
             f"headroom {format_gib(mem.headroom_bytes)} "
@@ -70,15 +74,15 @@ def print_plan(console: Console, p: Plan) -> None:
         )
     if p.fits:
         console.print(f"[green]fits[/]: max_model_len {p.max_model_len:,}")
-        console.print(f"  vLLM will log: [cyan]{p.kv_cache_line}[/]", highlight=False)
+        console.print(f"  vLLM will log: [cyan]{shown(p.kv_cache_line)}[/]", highlight=False)
     else:
-        console.print(f"[bold red]refused[/]: {p.refusal}", highlight=False)
+        console.print(f"[bold red]refused[/]: {shown(p.refusal)}", highlight=False)
     for w in p.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {shown(w)}", highlight=False)
     if p.assumptions:
         console.print("[dim]assumptions:[/]")
         for a in p.assumptions:
-            console.print(f"  [dim]- {a}[/]", highlight=False)
+            console.print(f"  [dim]- {shown(a)}[/]", highlight=False)
 
 
 def print_transcript(console: Console, report: UpReport) -> None:
@@ -87,62 +91,68 @@ def print_transcript(console: Console, report: UpReport) -> None:
     for line in report.transcript:
         if line["stage"] != stage:
             stage = line["stage"]
-            console.print(f"[bold]{stage}[/]")
-        console.print(Text.assemble(("  " + line["node"], "cyan"), " " + line["op"]))
+            console.print(f"[bold]{shown(stage)}[/]")
+        node, op = literal(line["node"]), literal(line["op"])
+        console.print(Text.assemble(("  " + node, "cyan"), " " + op))
 
 
 def print_up(out: Console, err: Console, r: UpReport) -> None:
     """The stages of an `up` (or a dry run's transcript), then the outcome."""
     for note in r.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False)
+        err.print(f"[yellow]note:[/] {shown(note)}", highlight=False)
     if r.dry_run:
         print_transcript(out, r)
     for s in r.stages:
         colour = {"ok": "green", "skipped": "dim", "planned": "cyan"}.get(s.status, "red")
         mark = f"[{colour}]{s.status:<7}[/]"
-        detail = f" - {s.detail}" if s.detail else ""
+        detail = f" - {shown(s.detail)}" if s.detail else ""
         out.print(f"  {s.name:<10} {mark} {s.seconds:6.1f} s{detail}", highlight=False)
     if r.dry_run and r.ok:
         out.print(f"dry run: nothing changed ({r.seconds:.1f} s)")
         return
     if r.ok:
-        release = f" release {r.release}" if r.release else ""
+        release = f" release {shown(r.release)}" if r.release else ""
         out.print(
-            f"[green]READY[/] {r.recipe}{release} in {r.seconds:.0f} s: {r.api_url}"
-            + (f" (proxy {r.proxy_url})" if r.proxy_url else "")
+            f"[green]READY[/] {shown(r.recipe)}{release} in {r.seconds:.0f} s: {shown(r.api_url)}"
+            + (f" (proxy {shown(r.proxy_url)})" if r.proxy_url else "")
         )
-        out.print(f"  serving: {', '.join(r.served_names)}")
+        out.print(f"  serving: {shown(', '.join(r.served_names))}")
         if r.logged_kv_cache_line:
-            out.print(f"  planned: {r.planned_kv_cache_line}", highlight=False)
-            out.print(f"  engine:  {r.logged_kv_cache_line}", highlight=False)
+            out.print(f"  planned: {shown(r.planned_kv_cache_line)}", highlight=False)
+            out.print(f"  engine:  {shown(r.logged_kv_cache_line)}", highlight=False)
         return
-    err.print(f"[bold red]up failed[/] at {r.failed_stage}: {r.error}", highlight=False)
+    err.print(
+        f"[bold red]up failed[/] at {shown(r.failed_stage)}: {shown(r.error)}", highlight=False
+    )
     if r.hint:
-        err.print(f"  [dim]hint:[/] {r.hint}", highlight=False)
+        err.print(f"  [dim]hint:[/] {shown(r.hint)}", highlight=False)
     rb = r.rollback
     if rb is not None:
         colour = "green" if rb.ok else "red"
         err.print(
             f"[{colour}]rollback {'done' if rb.ok else 'FAILED'}[/] in {rb.seconds:.0f} s: "
-            f"{rb.detail}",
+            f"{shown(rb.detail)}",
             highlight=False,
         )
         if rb.error:
-            err.print(f"  {rb.error}", highlight=False)
+            err.print(f"  {shown(rb.error)}", highlight=False)
 
 
 def print_status(console: Console, st: ClusterStatus) -> None:
     colour = {"READY": "green", "DEGRADED": "yellow", "STARTING": "cyan"}.get(st.cluster, "red")
-    console.print(f"[bold {colour}]{st.cluster}[/] {st.recipe}: {st.api_url} (engine {st.engine})")
+    console.print(
+        f"[bold {colour}]{shown(st.cluster)}[/] {shown(st.recipe)}: {shown(st.api_url)} "
+        f"(engine {shown(st.engine)})"
+    )
     table = Table()
     for col in ("node", "role", "pid", "state", "processes", "RSS"):
         table.add_column(col)
     for n in st.nodes:
         table.add_row(
-            n.name,
-            n.role,
+            shown(n.name),
+            shown(n.role),
             str(n.pid),
-            n.state,
+            shown(n.state),
             str(n.processes),
             format_gib(n.rss_bytes) if n.rss_bytes else "-",
         )
@@ -153,21 +163,21 @@ def print_status(console: Console, st: ClusterStatus) -> None:
             f"waiting {st.requests_waiting:.0f}"
         )
     if st.release:
-        console.print(f"release {st.release}")
+        console.print(f"release {shown(st.release)}")
     for reason in st.reasons:
-        console.print(f"[yellow]- {reason}[/]", highlight=False)
+        console.print(f"[yellow]- {shown(reason)}[/]", highlight=False)
 
 
 def print_demo(console: Console, r: dict[str, object]) -> None:
     for note in r.get("notes", []):  # type: ignore[attr-defined]
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
-    console.print(f"cluster up in {r['startup_seconds']} s at {r['api_url']}")
+        console.print(f"[yellow]note:[/] {shown(note)}", highlight=False)
+    console.print(f"cluster up in {r['startup_seconds']} s at {shown(r['api_url'])}")
     match = "[green]match[/]" if r["kv_match"] else "[red]differ[/]"
     console.print(f"KV cache, plan vs engine ({match}):", highlight=False)
-    console.print(f"  plan:   {r['planned_kv_cache_line']}", highlight=False)
-    console.print(f"  engine: {r['logged_kv_cache_line']}", highlight=False)
+    console.print(f"  plan:   {shown(r['planned_kv_cache_line'])}", highlight=False)
+    console.print(f"  engine: {shown(r['logged_kv_cache_line'])}", highlight=False)
     for c in r["completions"]:  # type: ignore[attr-defined]
-        console.print(f"chat via {c['model']!r}: {c['output_tokens']} tokens")
+        console.print(f"chat via {shown(repr(c['model']))}: {c['output_tokens']} tokens")
     table = Table(title="tiny model on CPU, TP=2 across two nodes (not a GPU result)")
     for col in (
         "Prompt",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +160,52 @@ def test_unauthorized_key_is_refused(hosts: SshHosts, tmp_path: Path) -> None:
     with pytest.raises(SshError, match="permission denied") as caught:
         transport(hosts, identity_file=str(stranger)).run(["true"])
     assert "public keys only" in (caught.value.hint or "")
+
+
+def test_a_changed_host_key_is_told_apart_from_an_unknown_host(
+    hosts: SshHosts, tmp_path: Path
+) -> None:
+    address = hosts.hosts[0].address
+    other = tmp_path / "other"
+    os.system(f"ssh-keygen -q -t ed25519 -N '' -f {other}")
+    kind, key = other.with_suffix(".pub").read_text().split()[:2]
+    changed = tmp_path / "changed_known_hosts"
+    changed.write_text(f"{address} {kind} {key}\n")
+    with pytest.raises(SshError, match="host key CHANGED") as caught:
+        transport(hosts, known_hosts=str(changed)).run(["true"])
+    assert "intercepting" in caught.value.message
+    assert "SHA256:" in caught.value.message  # the fingerprint the server presented
+    hint = caught.value.hint or ""
+    assert f"ssh-keygen -R {address} -f {changed}" in hint
+    assert "ssh-keygen -lf" in hint and "do not connect" in hint
+    unknown = tmp_path / "unknown_known_hosts"
+    unknown.write_text("")
+    with pytest.raises(SshError, match="unknown host") as caught:
+        transport(hosts, known_hosts=str(unknown)).run(["true"])
+    assert "CHANGED" not in caught.value.message
+    assert "ssh-keygen -R" not in (caught.value.hint or "")
+    assert "ssh-keyscan" in (caught.value.hint or "")
+
+
+def test_the_agent_is_never_forwarded_whatever_ssh_config_says(
+    hosts: SshHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sock.exists()
+        home = tmp_path / "home"
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "config").write_text("Host *\n  ForwardAgent yes\n")
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        ssh.close_all()  # a new connection, made with the agent in the environment
+        r = transport(hosts).run(["sh", "-c", 'printf "%s" "${SSH_AUTH_SOCK-unset}"'])
+        assert r.ok and r.stdout == "unset"
+    finally:
+        ssh.close_all()
+        agent.terminate()
+        agent.wait(timeout=10)

@@ -52,6 +52,7 @@ def _recipe(tmp_path: Path) -> Path:
 def test_up_of_an_ssh_recipe_runs_the_deploy(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     (tmp_path / "id").write_text("not a key\n")
+    (tmp_path / "id").chmod(0o600)  # a key file others can read is refused before parsing
     known = tmp_path / "known_hosts"
     known.write_text("")
     result = runner.invoke(app, ["up", str(recipe), "--known-hosts", str(known), "--json"])

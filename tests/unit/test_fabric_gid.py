@@ -16,7 +16,8 @@ from deskside.fabric.gid import (
     select_gid,
     split_hca,
 )
-from deskside.fabric.sysfs import DirSource, DumpSource, SysfsSnapshot, read_snapshot
+from deskside.fabric.sysfs import DirSource, SysfsSnapshot, read_snapshot
+from deskside.fabric.sysfs_dump import DumpSource
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 HEAD, WORKER = "192.168.100.1", "192.168.100.2"

@@ -10,15 +10,13 @@ import pytest
 
 from deskside.fabric.sysfs import (
     DirSource,
-    DumpSource,
     SysfsError,
-    dump_command,
-    parse_dump,
     parse_ip_addr_json,
     parse_rate_gbps,
     read_snapshot,
     read_value,
 )
+from deskside.fabric.sysfs_dump import DumpSource, dump_command, parse_dump
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
 CASES = ["gb10-head", "gb10-worker", "no-v2", "two-matches", "port-down", "empty-files"]

@@ -4,13 +4,16 @@ calls one library function, and prints a rich summary or, with --json, one JSON 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
+from types import FrameType
 
 import typer
 
 from deskside.cli import bench, fabric, plan, recipe, render, run
-from deskside.cli.common import err, fail
+from deskside.cli.common import err, fail, shown
 from deskside.errors import DesksideError
 
 app = typer.Typer(
@@ -35,9 +38,29 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(render.app)  # `render` and `diff`, top-level
 
 
+class Interrupted(BaseException):
+    """Ctrl-C (SIGINT) while a command runs. Not a KeyboardInterrupt, which click turns
+    into "Aborted!" and exit 1; not an Exception, so no `except Exception` swallows it,
+    while `finally` blocks and `except BaseException: undo; raise` still run."""
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    # a second Ctrl-C while the first one's clean-up runs: leave at once
+    signal.signal(signal.SIGINT, _interrupted_again)
+    raise Interrupted
+
+
+def _interrupted_again(signum: int, frame: FrameType | None) -> None:
+    sys.stderr.write("interrupted again: exiting without cleaning up\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main() -> None:
     """Console entry point: user errors print without a traceback; internal errors say
-    how to get one."""
+    how to get one; Ctrl-C prints "interrupted" and exits 130."""
+    if threading_main():
+        signal.signal(signal.SIGINT, _interrupted)
     try:
         app()
     except DesksideError as exc:  # raised outside a command's own handling
@@ -45,19 +68,25 @@ def main() -> None:
             fail(exc)
         except typer.Exit as done:
             sys.exit(done.exit_code)
-    except KeyboardInterrupt:
-        err.print("interrupted")
+    except (Interrupted, KeyboardInterrupt):
+        signal.signal(signal.SIGINT, _interrupted_again)
+        err.print("interrupted", highlight=False)
         sys.exit(130)
     except Exception as exc:  # a bug of ours, not the user's mistake
         if os.environ.get("DESKSIDE_DEBUG"):
             traceback.print_exc()
         err.print(
-            f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"
+            f"[bold red]internal error:[/] {type(exc).__name__}: {shown(exc)}\n"
             "  [dim]hint:[/] this is a deskside bug; rerun with DESKSIDE_DEBUG=1 for the "
             "traceback and report it",
             highlight=False,
         )
         sys.exit(70)
+
+
+def threading_main() -> bool:
+    """Whether this is the main thread (the only one that may set signal handlers)."""
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail
+from deskside.cli.common import JsonFlag, emit_json, err, fail, shown
 from deskside.cli.common import out as stdout_console
 from deskside.errors import DesksideError, UsageError
 
@@ -172,7 +172,7 @@ def bench(
         console = stdout_console
         print_result(console, result, detail=detail)
         for kind, path in written.items():
-            console.print(f"[dim]wrote {kind}:[/] {path}", highlight=False)
+            console.print(f"[dim]wrote {kind}:[/] {shown(path)}", highlight=False)
     failed = [c for c in result.cells if c.metrics.succeeded == 0]
     if (result.probe is not None and not result.probe.accepted) or (
         result.cells and len(failed) == len(result.cells)
@@ -234,7 +234,7 @@ def compare_cmd(
     if as_json:
         emit_json({**result.model_dump(mode="json"), "regressions": len(result.regressions)})
     else:
-        table = Table(title=f"A = {a}  vs  B = {b}")
+        table = Table(title=f"A = {shown(a)}  vs  B = {shown(b)}")
         for col in ("Prompt", "Conc.", "Metric", "A", "B", "Change", "z", "Verdict", "Note"):
             table.add_column(
                 col, justify="left" if col in ("Metric", "Verdict", "Note") else "right"
@@ -247,13 +247,13 @@ def compare_cmd(
             table.add_row(
                 f"{row.prompt_len:,}",
                 str(row.concurrency),
-                row.metric,
+                shown(row.metric),
                 "-" if row.a is None else f"{row.a:,.3f}",
                 "-" if row.b is None else f"{row.b:,.3f}",
                 "-" if row.change is None else f"{row.change:+.1%}",
                 "-" if row.z is None else f"{row.z:.1f}",
                 verdict,
-                row.note or "",
+                shown(row.note or ""),
             )
         console = stdout_console
         console.print(table)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, emit_json, err, fail, out, shown
 from deskside.errors import DesksideError, UsageError
 
 if TYPE_CHECKING:
@@ -173,15 +173,15 @@ def _port_rows(table: Table, ports: tuple[PortView, ...], with_gid: bool) -> lis
     notes: list[str] = []
     for p in ports:
         if p.error is not None:
-            choice = f"[red]{p.error.get('kind', 'error')}[/]"
-            notes.append(f"[red]{p.device}:{p.port}[/] {p.error.get('message', '')}")
+            choice = f"[red]{shown(p.error.get('kind', 'error'))}[/]"
+            notes.append(f"[red]{shown(p.device)}:{p.port}[/] {shown(p.error.get('message', ''))}")
             if p.error.get("hint"):
-                notes.append(f"  [dim]hint:[/] {p.error['hint']}")
+                notes.append(f"  [dim]hint:[/] {shown(p.error['hint'])}")
         elif p.gid_index is not None:
-            choice = f"[green]{p.gid_index}[/] {p.gid}"
+            choice = f"[green]{p.gid_index}[/] {shown(p.gid)}"
         else:
             choice = "-" if with_gid else ""
-        table.add_row(
+        cells = (
             p.device,
             "" if p.port is None else str(p.port),
             p.state or "?",
@@ -189,8 +189,8 @@ def _port_rows(table: Table, ports: tuple[PortView, ...], with_gid: bool) -> lis
             p.netdev or "?",
             str(p.mtu) if p.mtu else "?",
             ", ".join(p.ipv4) if p.ipv4 else ("?" if p.ipv4 is None else "-"),
-            choice,
         )
+        table.add_row(*(shown(c, multiline=False) for c in cells), choice)
     return notes
 
 
@@ -207,7 +207,7 @@ def _print_notes(notes: list[str]) -> None:
 
 
 def _print_snapshot(snap: SnapshotView) -> None:
-    title = f"{snap.sysfs_root}" + (f": GID for {snap.address}" if snap.address else "")
+    title = shown(snap.sysfs_root) + (f": GID for {shown(snap.address)}" if snap.address else "")
     if not snap.ports:
         out.print(f"{title}: no RDMA devices")
         return
@@ -218,11 +218,12 @@ def _print_snapshot(snap: SnapshotView) -> None:
 
 
 def _print_recipe_view(view: RecipeView) -> None:
-    out.print(f"[bold]{view.recipe}[/]: fabric transport {view.transport}")
+    out.print(f"[bold]{shown(view.recipe)}[/]: fabric transport {shown(view.transport)}")
     for n in view.nodes:
-        head = (
+        head = shown(
             f"{n.name} ({n.role}, {n.transport}): {n.interface or '?'} {n.address}, "
-            f"MTU {n.mtu or '?'}, {n.operstate or '?'}"
+            f"MTU {n.mtu or '?'}, {n.operstate or '?'}",
+            multiline=False,
         )
         if n.gid_index is not None:
             head += f", NCCL_IB_GID_INDEX={n.gid_index}"
@@ -234,8 +235,8 @@ def _print_recipe_view(view: RecipeView) -> None:
             notes = _port_rows(table, n.ports, view.transport == "roce")
             out.print(table)
         if n.error:
-            notes = [f"[red]{n.name}:[/] {n.error.get('message')}"] + (
-                [f"  [dim]hint:[/] {n.error['hint']}"] if n.error.get("hint") else []
+            notes = [f"[red]{shown(n.name)}:[/] {shown(n.error.get('message'))}"] + (
+                [f"  [dim]hint:[/] {shown(n.error['hint'])}"] if n.error.get("hint") else []
             )
         _print_notes(notes)
 
@@ -317,7 +318,7 @@ def check(
         else:
             with err.status("checking the fabric") as spinner:
                 report = check_fabric(
-                    loaded, transports, options, progress=lambda m: spinner.update(m)
+                    loaded, transports, options, progress=lambda m: spinner.update(shown(m))
                 )
     except DesksideError as exc:
         fail(exc, as_json)
@@ -335,7 +336,7 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 def _print_check(report: CheckReport) -> None:
     table = Table(
-        title=f"{report.recipe}: fabric {report.transport}, {len(report.nodes)} node(s)",
+        title=f"{shown(report.recipe)}: fabric {report.transport}, {len(report.nodes)} node(s)",
         title_justify="left",
     )
     for col in ("gate", "node", "status", "detail"):
@@ -344,7 +345,8 @@ def _print_check(report: CheckReport) -> None:
         where = g.node or "all"
         if g.peer:
             where += f" -> {g.peer}"
-        table.add_row(g.gate, where, f"[{_STYLE[g.status]}]{g.status}[/]", g.message)
+        status = f"[{_STYLE[g.status]}]{g.status}[/]"
+        table.add_row(g.gate, shown(where), status, shown(g.message))
     out.print(table)
     verdict = "[green]PASS[/]" if report.ok else "[bold red]FAIL[/]"
     out.print(f"{verdict} in {report.seconds:.1f} s")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out, shown
 from deskside.errors import DesksideError, UsageError
 
 model_app = typer.Typer(help="Model helpers (tiny local models for tests and demos).")
@@ -33,7 +33,8 @@ def validate(recipe: RecipeArg, as_json: JsonFlag = False) -> None:
             {"ok": True, "name": loaded.name, "nodes": [n.name for n in loaded.cluster.nodes]}
         )
     else:
-        out.print(f"[green]ok[/] {recipe}: {loaded.name}, {len(loaded.cluster.nodes)} node(s)")
+        nodes = len(loaded.cluster.nodes)
+        out.print(f"[green]ok[/] {shown(recipe)}: {shown(loaded.name)}, {nodes} node(s)")
 
 
 @model_app.command("tiny")
@@ -52,4 +53,4 @@ def model_tiny(
     if as_json:
         emit_json({"arch": arch, "path": str(path)})
     else:
-        out.print(f"wrote tiny {arch} model to {path}")
+        out.print(f"wrote tiny {shown(arch)} model to {shown(path)}")

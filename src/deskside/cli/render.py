@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out, shown
 from deskside.errors import DesksideError, PlanRefused
 
 if TYPE_CHECKING:
@@ -72,18 +72,23 @@ def render(
             }
         )
         return
-    table = Table(title=f"{loaded.name}: {len(written)} files in {out_dir}", title_justify="left")
+    title = f"{shown(loaded.name)}: {len(written)} files in {shown(out_dir)}"
+    table = Table(title=title, title_justify="left")
     table.add_column("file")
     table.add_column("mode")
     table.add_column("bytes", justify="right")
     table.add_column("sha256")
     for f in files:
-        table.add_row(str(f["path"]), str(f["mode"]), str(f["bytes"]), str(f["sha256"])[:12])
+        table.add_row(
+            shown(f["path"]), shown(f["mode"]), shown(f["bytes"]), shown(str(f["sha256"])[:12])
+        )
     out.print(table)
     for note in bundle.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False)
+        err.print(f"[yellow]note:[/] {shown(note)}", highlight=False)
     if key_file is not None:
-        out.print(f"proxy master key: kept in {key_file} (mode 0600, not printed)", highlight=False)
+        out.print(
+            f"proxy master key: kept in {shown(key_file)} (mode 0600, not printed)", highlight=False
+        )
 
 
 @app.command()
@@ -123,14 +128,16 @@ def _print_diff(result: list[HostDiff]) -> None:
     for host in result:
         role = f" ({host.role})" if host.role else ""
         if not host.changes_anything:
-            out.print(f"[green]{host.host}[/]{role}: up to date ({host.unchanged} files)")
+            out.print(
+                f"[green]{shown(host.host)}[/]{shown(role)}: up to date ({host.unchanged} files)"
+            )
             continue
         action = "restart engine" if host.restart_engine else "no engine restart"
         if host.reload:
             action += "; reload " + ", ".join(host.reload)
-        out.print(f"[yellow]{host.host}[/]{role}: {action}", highlight=False)
+        out.print(f"[yellow]{shown(host.host)}[/]{shown(role)}: {shown(action)}", highlight=False)
         for label, paths in (("+", host.added), ("-", host.removed), ("~", host.changed)):
             for path in paths:
-                out.print(f"  {label} {path}", highlight=False)
+                out.print(f"  {label} {shown(path)}", highlight=False)
         for value in host.values:
-            out.print(f"  [dim]{value}[/]", highlight=False)
+            out.print(f"  [dim]{shown(value)}[/]", highlight=False)

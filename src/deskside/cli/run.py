@@ -8,9 +8,18 @@ import time
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from deskside.cli.common import JsonFlag, RecipeArg, RunOpt, emit_json, err, fail, out
+from deskside.cli.common import (
+    JsonFlag,
+    RecipeArg,
+    RunOpt,
+    emit_json,
+    err,
+    fail,
+    literal,
+    out,
+    shown,
+)
 from deskside.demo import run_demo
 from deskside.errors import DesksideError
 from deskside.home import resolve_recipe
@@ -57,7 +66,9 @@ def up(
                 path,
                 planned,
                 options,
-                progress=lambda msg: spinner.update(f"{msg} ({time.monotonic() - t0:.0f} s)"),
+                progress=lambda msg: spinner.update(
+                    f"{shown(msg)} ({time.monotonic() - t0:.0f} s)"
+                ),
             )
     except DesksideError as exc:
         fail(exc, as_json)
@@ -94,7 +105,7 @@ def down(
         if as_json:
             emit_json({"recipe": name, "forgotten": removed})
         else:
-            out.print(f"{name}: forgot {len(removed)} record(s); nothing was signalled")
+            out.print(f"{shown(name)}: forgot {len(removed)} record(s); nothing was signalled")
         return
     try:
         record = find_run(run)
@@ -105,9 +116,9 @@ def down(
         emit_json({"recipe": record.recipe_name, "stopped": not leftovers, "leftovers": leftovers})
     elif leftovers:
         for leftover in leftovers:
-            err.print("[red]could not stop:[/]", escape(leftover))
+            err.print("[red]could not stop:[/]", shown(leftover))
     else:
-        out.print(f"{record.recipe_name}: down")
+        out.print(f"{shown(record.recipe_name)}: down")
     if leftovers:
         raise typer.Exit(1)
 
@@ -146,8 +157,9 @@ def logs(
         many = len(opened) > 1
 
         def write(name: str, text: str) -> None:
-            for line in text.splitlines():
-                sys.stdout.write(f"[{name}] {line}\n" if many else f"{line}\n")
+            for line in text.splitlines():  # control characters written out, not obeyed
+                shown_line = literal(line)
+                sys.stdout.write(f"[{literal(name)}] {shown_line}\n" if many else f"{shown_line}\n")
             sys.stdout.flush()
 
         for log in opened:
@@ -174,7 +186,7 @@ def demo(
     try:
         with err.status("starting") as spinner:
             result = run_demo(
-                lambda msg: spinner.update(f"{msg} ({time.monotonic() - t0:.0f} s)"), keep_up
+                lambda msg: spinner.update(f"{shown(msg)} ({time.monotonic() - t0:.0f} s)"), keep_up
             )
     except DesksideError as exc:
         fail(exc, as_json)

@@ -36,7 +36,8 @@ from deskside.fabric.check_types import (
     Status,
 )
 from deskside.fabric.gid import NodeResolution, resolve_node
-from deskside.fabric.sysfs import IpLink, dump_command, parse_dump, read_snapshot
+from deskside.fabric.sysfs import IpLink, read_snapshot
+from deskside.fabric.sysfs_dump import dump_command, parse_dump
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 

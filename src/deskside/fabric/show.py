@@ -17,14 +17,8 @@ from pydantic import BaseModel, ConfigDict
 from deskside.engine.launch import node_ip
 from deskside.fabric import probe
 from deskside.fabric.gid import PortResolution, ipv4_mapped_gid, resolve_node, resolve_ports
-from deskside.fabric.sysfs import (
-    GidEntry,
-    IpLink,
-    SysfsSource,
-    dump_command,
-    parse_dump,
-    read_snapshot,
-)
+from deskside.fabric.sysfs import GidEntry, IpLink, SysfsSource, read_snapshot
+from deskside.fabric.sysfs_dump import dump_command, parse_dump
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 

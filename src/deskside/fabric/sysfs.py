@@ -1,8 +1,9 @@
 """RDMA devices, ports and GID tables as Linux shows them under `/sys`, read from any root.
 
 The reader is a pure function of a *source*: a directory laid out like `/sys` (the live
-system, a copied snapshot, a test fixture) or the text dump that `dump_command()` prints on
-a remote node. Nothing here runs commands or reads the environment.
+system, a copied snapshot, a test fixture) or the text dump that
+`deskside.fabric.sysfs_dump.dump_command()` prints on a remote node. Nothing here runs
+commands or reads the environment.
 
 What it reads, per device `class/infiniband/<dev>`:
 
@@ -17,13 +18,27 @@ they come from `ip -j addr` output, parsed by `parse_ip_addr_json`.
 
 Every value is read the way POSIX `read -r` reads it (first line, blanks trimmed), so the
 launch-time shell snippet (`deskside.fabric.launch_sh`) sees exactly what Python sees.
+
+A directory tree is not trusted (`DirSource`): sysfs is made of links, so links are
+followed, but only while they stay inside the root (the whole of it resolved first); a link
+leading out of it, a link loop, a FIFO, socket or device where a value should be, a value
+over 64 KiB, a directory of more than 4,096 entries, a name that is not UTF-8 or holds
+control characters, more than 100,000 paths looked at or more than 30 s spent are each a
+`SysfsTreeError` (exit 2) naming the path. What stays a clean answer: an absent or
+unreadable file (None, as the kernel's EINVAL on unpopulated `gid_attrs` entries), a
+directory where a value should be (None), a value that is not UTF-8 (read with U+FFFD in
+place of the bad bytes), and names that are not numbers where numbers are expected
+(skipped).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
+import os
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +46,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from deskside.errors import DesksideError
+from deskside.errors import DesksideError, Location, UsageError
+from deskside.smallfile import FileTooLarge, NotRegularFile, read_small_file
 
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _CONFIG = ConfigDict(extra="forbid", frozen=True)
@@ -39,6 +55,16 @@ _CONFIG = ConfigDict(extra="forbid", frozen=True)
 
 class SysfsError(DesksideError):
     """A sysfs snapshot or `ip` output deskside cannot read."""
+
+
+class SysfsTreeError(UsageError, SysfsError):
+    """A directory given as a sysfs tree that is not one: the path and what is wrong."""
+
+
+MAX_VALUE_BYTES = 64 << 10  # a sysfs attribute is at most a page; 64 KiB is generous
+MAX_ENTRIES = 4096  # per directory: a GID table has 256 slots, a host a few dozen devices
+MAX_PATHS = 100_000  # paths looked at per tree: 128 virtual functions x 256 GIDs fit
+MAX_SECONDS = 30.0
 
 
 # --------------------------------------------------------------------------- sources
@@ -60,51 +86,133 @@ class SysfsSource(Protocol):
         ...
 
 
+class _Walk:
+    """What a DirSource has looked at so far: paths and time, both bounded."""
+
+    def __init__(self) -> None:
+        self.paths = 0
+        self.started: float | None = None
+
+    def tick(self, root: Path, rel: str) -> None:
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        self.paths += 1
+        if self.paths > MAX_PATHS:
+            raise SysfsTreeError(
+                f"more than {MAX_PATHS:,} paths looked at: not a sysfs tree",
+                hint="point --sysfs-root at /sys or at a copy of its class/infiniband and "
+                "class/net parts",
+                location=Location(str(root / rel)),
+            )
+        if now - self.started > MAX_SECONDS:
+            raise SysfsTreeError(
+                f"reading the tree took more than {MAX_SECONDS:.0f} s",
+                hint="point --sysfs-root at /sys or at a local copy of it",
+                location=Location(str(root / rel)),
+            )
+
+
+def _name_problem(name: str) -> str | None:
+    """Why a directory entry cannot be a sysfs name (the kernel's names are plain text)."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return "a name that is not UTF-8"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):
+        return "a name with control characters"
+    return None
+
+
 @dataclass(frozen=True)
 class DirSource:
-    """A directory laid out like `/sys`: the live `/sys`, a snapshot or a test fixture."""
+    """A directory laid out like `/sys`: the live `/sys`, a snapshot or a test fixture.
+
+    Read defensively (see the module docstring): links only within the root, regular files
+    of at most MAX_VALUE_BYTES, bounded listings, paths and time."""
 
     root: Path
+    _walk: _Walk = field(default_factory=_Walk, init=False, compare=False, repr=False)
+
+    def _refuse(self, rel: str, what: str, hint: str) -> SysfsTreeError:
+        return SysfsTreeError(what, hint=hint, location=Location(str(self.root / rel)))
+
+    def _inside(self, rel: str) -> str | None:
+        """The real path of `rel` when it exists inside the root; None when it is absent."""
+        self._walk.tick(self.root, rel)
+        try:
+            root = os.path.realpath(self.root, strict=True)
+            real = os.path.realpath(os.path.join(root, rel), strict=True)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._refuse(
+                    rel,
+                    "a loop of symbolic links",
+                    "sysfs links never loop: fix or remove the link in the copied tree",
+                ) from None
+            return None  # absent (or a dangling link), or not searchable
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+            raise self._refuse(
+                rel,
+                f"a symbolic link leading out of the tree (to {real})",
+                f"links in a sysfs tree stay inside it ({self.root}); copy the tree with "
+                "relative links, or point --sysfs-root at /sys",
+            )
+        return real
 
     def read(self, rel: str) -> str | None:
-        try:
-            return (self.root / rel).read_text(errors="replace")
-        except OSError:  # absent, a directory, or EINVAL (unpopulated gid_attrs entries)
+        path = self._inside(rel)
+        if path is None:
             return None
+        try:
+            data = read_small_file(path, MAX_VALUE_BYTES, follow=False)
+        except NotRegularFile as exc:
+            if exc.is_dir:
+                return None
+            raise self._refuse(
+                rel,
+                f"{exc.kind} where a sysfs value should be",
+                "sysfs values are small regular files: remove it from the copied tree",
+            ) from None
+        except FileTooLarge:
+            raise self._refuse(
+                rel,
+                f"a value larger than {MAX_VALUE_BYTES // 1024} KiB",
+                "sysfs values are at most a page long: this is not a sysfs file",
+            ) from None
+        except OSError:  # unreadable, or EINVAL (unpopulated gid_attrs entries)
+            return None
+        return data.decode(errors="replace")
 
     def listdir(self, rel: str) -> list[str]:
-        try:
-            return sorted(p.name for p in (self.root / rel).iterdir())
-        except OSError:
+        path = self._inside(rel)
+        if path is None:
             return []
+        names: list[str] = []
+        try:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    problem = _name_problem(entry.name)
+                    if problem is not None:
+                        raise self._refuse(
+                            f"{rel}/{entry.name!r}",
+                            problem,
+                            "the kernel names devices, ports and GIDs in plain text: remove "
+                            "the entry from the copied tree",
+                        )
+                    names.append(entry.name)
+                    if len(names) > MAX_ENTRIES:
+                        raise self._refuse(
+                            rel,
+                            f"a directory of more than {MAX_ENTRIES:,} entries",
+                            "not a sysfs directory: point --sysfs-root at /sys or a copy of it",
+                        )
+        except OSError:  # absent, not a directory, not readable
+            return []
+        return sorted(names)
 
     def describe(self) -> str:
         return str(self.root)
-
-
-@dataclass(frozen=True)
-class DumpSource:
-    """Files (relative path -> first line) and directories recovered from a dump."""
-
-    files: Mapping[str, str]
-    dirs: frozenset[str] = frozenset()
-    origin: str = "sysfs dump"
-    _children: dict[str, set[str]] = field(default_factory=dict, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        for rel in [*self.files, *self.dirs]:
-            parts = rel.strip("/").split("/")
-            for depth in range(1, len(parts)):
-                self._children.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
-
-    def read(self, rel: str) -> str | None:
-        return self.files.get(rel.strip("/"))
-
-    def listdir(self, rel: str) -> list[str]:
-        return sorted(self._children.get(rel.strip("/"), set()))
-
-    def describe(self) -> str:
-        return self.origin
 
 
 def read_value(source: SysfsSource, rel: str) -> str | None:
@@ -247,7 +355,8 @@ def _int_or_none(text: str | None) -> int | None:
 
 
 def _numeric(names: Iterable[str]) -> list[int]:
-    return sorted(int(n) for n in names if n.isdigit())
+    """The names that are decimal numbers (ASCII digits: `int` takes other digits too)."""
+    return sorted(int(n) for n in names if n.isascii() and n.isdigit() and len(n) < 10)
 
 
 def read_port(source: SysfsSource, device: str, port: int) -> RdmaPort:
@@ -281,11 +390,23 @@ def read_device(source: SysfsSource, name: str) -> RdmaDevice:
     return RdmaDevice(name=name, netdevs=tuple(source.listdir(f"{base}/device/net")), ports=ports)
 
 
+def _netdev_name_ok(name: str) -> bool:
+    """A name Linux could give an interface: 1-15 bytes, no `/`, blank or control
+    character, not `.` or `..` (`dev_valid_name` in the kernel)."""
+    return (
+        0 < len(name.encode(errors="replace")) < 16
+        and name not in (".", "..")
+        and not any(c == "/" or c == ":" or c.isspace() or ord(c) < 0x20 for c in name)
+    )
+
+
 def read_netdev(
     source: SysfsSource, name: str, ip_addrs: Mapping[str, IpLink] | None = None
 ) -> Netdev:
-    base = f"class/net/{name}"
     link = ip_addrs.get(name) if ip_addrs is not None else None
+    if not _netdev_name_ok(name):  # e.g. "../.." from a gid_attrs/ndevs file: not read
+        return Netdev(name=name, exists=link is not None)
+    base = f"class/net/{name}"
     exists = source.read(f"{base}/mtu") is not None or link is not None
     speed = _int_or_none(read_value(source, f"{base}/speed"))
     mtu = _int_or_none(read_value(source, f"{base}/mtu"))
@@ -309,6 +430,8 @@ def read_snapshot(
 
     `ip_addrs` (from `parse_ip_addr_json`) adds IPv4 addresses; without it they are None.
     """
+    if isinstance(source, DirSource):
+        source = DirSource(source.root)  # the bounds hold per snapshot
     devices = tuple(read_device(source, n) for n in source.listdir("class/infiniband"))
     names: list[str] = []
     for dev in devices:
@@ -375,60 +498,3 @@ def parse_ip_addr_json(text: str) -> dict[str, IpLink]:
             ipv4=ipv4,
         )
     return links
-
-
-# --------------------------------------------------------------------------- remote dump
-
-# Prints what `read_snapshot` needs as lines "F<TAB>path<TAB>value" (value = what
-# `read -r` reads) and "D<TAB>path" for device/net/<netdev> directories, paths relative to
-# the root given as $1. Unused (all-zero) GID slots are skipped: a port has 256 of them.
-DUMP_SCRIPT = r"""root=${1:-/sys}
-r() {
-  [ -e "$1" ] || return 0
-  v=
-  { IFS=' 	' read -r v < "$1"; } 2>/dev/null || :
-  printf 'F\t%s\t%s\n' "${1#"$root"/}" "$v"
-}
-for d in "$root"/class/infiniband/*; do
-  [ -d "$d" ] || continue
-  for n in "$d"/device/net/*; do
-    [ -e "$n" ] && printf 'D\t%s\n' "${n#"$root"/}"
-  done
-  for p in "$d"/ports/*; do
-    [ -d "$p" ] || continue
-    r "$p/state"; r "$p/rate"; r "$p/link_layer"
-    for g in "$p"/gids/*; do
-      [ -e "$g" ] || continue
-      v=
-      { IFS=' 	' read -r v < "$g"; } 2>/dev/null || :
-      [ "$v" = 0000:0000:0000:0000:0000:0000:0000:0000 ] && continue
-      i=${g##*/}
-      r "$g"; r "$p/gid_attrs/types/$i"; r "$p/gid_attrs/ndevs/$i"
-    done
-  done
-done
-for n in "$root"/class/net/*; do
-  [ -e "$n" ] || continue
-  printf 'D\t%s\n' "${n#"$root"/}"
-  r "$n/mtu"; r "$n/operstate"; r "$n/speed"
-done
-"""
-
-
-def dump_command(root: str = "/sys") -> list[str]:
-    """argv printing a node's RDMA/netdev sysfs facts for `parse_dump` (POSIX sh)."""
-    return ["sh", "-c", DUMP_SCRIPT, "deskside-sysfs-dump", root]
-
-
-def parse_dump(text: str, origin: str = "sysfs dump") -> DumpSource:
-    """The output of `dump_command()` as a source `read_snapshot` can read."""
-    files: dict[str, str] = {}
-    dirs: set[str] = set()
-    for line in text.splitlines():
-        kind, _, rest = line.partition("\t")
-        if kind == "F":
-            path, _, value = rest.partition("\t")
-            files[path] = value
-        elif kind == "D" and rest:
-            dirs.add(rest)
-    return DumpSource(files=files, dirs=frozenset(dirs), origin=origin)

@@ -9,7 +9,10 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from deskside.smallfile import read_small_file
 from deskside.transport.base import Result
+
+GET_LIMIT = 64 << 20  # bytes `get` reads at most: state, locks, manifests, /proc files
 
 
 class LocalTransport:
@@ -103,5 +106,7 @@ class LocalTransport:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def get(self, path: str) -> bytes:
-        return Path(path).read_bytes()
+    def get(self, path: str, limit: int = GET_LIMIT) -> bytes:
+        """A regular file of at most `limit` bytes (see `deskside.smallfile`): a FIFO or a
+        device is refused without blocking (an OSError), and so is a larger file."""
+        return read_small_file(path, limit)

@@ -1,11 +1,23 @@
 """A node reached over SSH (asyncssh), behind the synchronous Transport API.
 
 - Authentication: public keys only, from the recipe's `ssh.identity_file` or the SSH agent
-  and the default key files. Password and keyboard-interactive authentication are
-  switched off: recipes never hold passwords.
+  and the default key files. Password, keyboard-interactive, host-based and GSSAPI
+  authentication are switched off: recipes never hold passwords. A private key file that
+  others may read or write (any of the mode bits 077) is refused before connecting, as
+  OpenSSH refuses it ("UNPROTECTED PRIVATE KEY FILE"), with the `chmod 600` that fixes it.
 - Host keys are always verified against a known_hosts file (`known_hosts`, default
-  `~/.ssh/known_hosts`); an unknown or changed key is refused with a hint. There is no
-  option to skip verification.
+  `~/.ssh/known_hosts`); there is no option to skip verification. An unknown host and a
+  changed key are told apart: a known_hosts file holding a *different* key for the host
+  means the connection may be intercepted, and the hint says how to check the fingerprint
+  on the node itself before replacing the line (`ssh-keygen -R`).
+- Nothing is forwarded, ever: no agent forwarding, no X11, no environment (SetEnv,
+  SendEnv), no GSSAPI credential delegation, no pty, no remote command but deskside's own.
+  deskside sets these itself, so ~/.ssh/config cannot turn them on.
+- What ~/.ssh/config (when readable) still supplies, for the host as the recipe names it:
+  HostName, ProxyJump / ProxyCommand, HostKeyAlias, the algorithms, and, when the recipe
+  has no `ssh.identity_file`, IdentityFile, IdentitiesOnly, IdentityAgent and
+  CertificateFile. The user, port, known_hosts file, timeouts and authentication methods
+  are the recipe's and deskside's, whatever the config says.
 - One connection per (user, host, port, key, known_hosts), reused by every transport of
   the process; commands and SFTP run as channels on it.
 - asyncssh runs on a private event loop in a daemon thread; each call blocks until its
@@ -25,6 +37,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import functools
 import shlex
 import threading
 import uuid
@@ -37,6 +50,13 @@ import asyncssh
 
 from deskside.errors import DesksideError
 from deskside.transport.base import Result
+from deskside.transport.ssh_keys import (
+    HostKeySeen,
+    config_identity_files,
+    host_key_refusal,
+    key_file_refusal,
+    key_files,
+)
 
 T = TypeVar("T")
 
@@ -139,40 +159,53 @@ def _auth_hint(target: SshTarget) -> str:
     )
 
 
-def _host_key_hint(target: SshTarget) -> str:
-    where = f"[{target.host}]:{target.port}" if target.port != 22 else target.host
-    return (
-        f"deskside verifies host keys against {target.known_hosts_path()}; check the node's "
-        f"key fingerprint out of band, then add it: ssh-keyscan -p {target.port} "
-        f"{target.host} >> {target.known_hosts_path()} (entry {where})"
-    )
-
-
 async def _connect(target: SshTarget) -> asyncssh.SSHClientConnection:
     known = target.known_hosts_path()
     if not known.is_file():
         raise SshError(
             f"{target.label}: no known_hosts file {known} to verify the host key against",
-            hint=_host_key_hint(target),
+            hint="deskside verifies host keys against a known_hosts file; check the node's "
+            "key fingerprint on the node itself, then add it: ssh-keyscan -p "
+            f"{target.port} {target.host} >> {known}",
         )
-    options: dict[str, Any] = {
+    if target.identity_file:  # before asyncssh reads it
+        _refuse_key_files(target, key_files(target.identity_file))
+    settings: dict[str, Any] = {
+        "host": target.host,
         "port": target.port,
         "username": target.user,
         # always a path: asyncssh skips verification when known_hosts is None
         "known_hosts": str(known),
         "password_auth": False,
         "kbdint_auth": False,
+        "host_based_auth": False,
+        "gss_auth": False,
+        "gss_kex": False,
         "preferred_auth": "publickey",
         "connect_timeout": CONNECT_TIMEOUT,
         "keepalive_interval": 30,
+        # nothing forwarded, whatever ~/.ssh/config says (ForwardAgent, ForwardX11Trusted,
+        # SetEnv, SendEnv, RemoteCommand, RequestTTY, GSSAPIDelegateCredentials)
+        "agent_forwarding": False,
+        "x11_forwarding": False,
+        "env": None,
+        "send_env": None,
+        "command": None,
+        "request_pty": False,
+        "gss_delegate_creds": False,
     }
     if target.identity_file:
-        key = Path(target.identity_file).expanduser()
-        if not key.is_file():
-            raise SshError(f"{target.label}: identity file {key} not found", _auth_hint(target))
-        options["client_keys"] = [str(key)]
+        settings["client_keys"] = [str(Path(target.identity_file).expanduser())]
+    seen = HostKeySeen()
     try:
-        return await asyncssh.connect(target.host, **options)
+        options = await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(asyncssh.SSHClientConnectionOptions, **settings)
+        )
+        if not target.identity_file:  # the config's or the default key files
+            _refuse_key_files(target, key_files(None, config_identity_files(options)))
+        return await asyncssh.connect(
+            target.host, target.port, options=options, client_factory=lambda: seen
+        )
     except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as exc:
         raise SshError(
             f"{target.label}: cannot use identity file {target.identity_file} ({exc})",
@@ -180,9 +213,8 @@ async def _connect(target: SshTarget) -> asyncssh.SSHClientConnection:
             "(ssh-add) and leave ssh.identity_file out",
         ) from None
     except asyncssh.HostKeyNotVerifiable as exc:
-        raise SshError(
-            f"{target.label}: host key not verified ({exc.reason})", _host_key_hint(target)
-        ) from None
+        message, hint = host_key_refusal(target.host, target.port, known, exc.reason, seen)
+        raise SshError(f"{target.label}: {message}", hint) from None
     except asyncssh.PermissionDenied:
         raise SshError(f"{target.label}: permission denied", _auth_hint(target)) from None
     except asyncssh.DisconnectError as exc:
@@ -193,6 +225,13 @@ async def _connect(target: SshTarget) -> asyncssh.SSHClientConnection:
             f"{target.label}: unreachable ({reason})",
             hint="check the node's address and ssh.port in the recipe, and that sshd runs",
         ) from None
+
+
+def _refuse_key_files(target: SshTarget, files: list[Path]) -> None:
+    for path in files:
+        refusal = key_file_refusal(path)
+        if refusal is not None:
+            raise SshError(f"{target.label}: {refusal[0]}", refusal[1])
 
 
 def shell_command(
