@@ -53,6 +53,8 @@ def _size(text: str) -> int:
 
 def make(root: Path, spec: str) -> None:
     kind, _, rest = spec.partition(":")
+    # git keeps no empty folder: every kind makes the folders it needs
+    (root / rest.split("->", 1)[0].split(":", 1)[0]).parent.mkdir(parents=True, exist_ok=True)
     if kind == "fifo":
         os.mkfifo(root / rest)
     elif kind == "sparse":

@@ -18,5 +18,11 @@ signal.signal(signal.SIGINT, _interrupted_while_loading)
 
 from deskside.cli.app import main  # noqa: E402  (after the handler, on purpose)
 
-if __name__ == "__main__":
+
+def run() -> None:
+    """The `deskside` console script (the handler above is set while this module loads)."""
     main()
+
+
+if __name__ == "__main__":
+    run()

@@ -12,6 +12,7 @@ why. `up` never raises for a failed stage: the report carries it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -173,6 +174,12 @@ def run_stages(
                     )
             report.seconds = time.monotonic() - t0
             return False
+        except BaseException:  # Ctrl-C: undo what this up started, then leave
+            report.failed_stage, report.error = stage.name, "interrupted"
+            if rolling and not dry_run:
+                with contextlib.suppress(Exception):
+                    report.rollback = rollback()
+            raise
         status = "ok"
         if outcome.skipped:
             status = "skipped"
