@@ -24,9 +24,22 @@ def release_id(when: datetime, lock_sha256: str) -> str:
 # --------------------------------------------------------------------------- releases
 
 
+NO_LINKS_SH = r"""
+for d; do
+  if [ -L "$d" ]; then
+    echo "deskside: $d is a link (to $(readlink -- "$d")); deskside keeps its files in real folders and follows no link it did not make: remove it (rm -- $d)" >&2
+    exit 1
+  fi
+done
+"""
+
+PREPARE_DIRS_SH = NO_LINKS_SH + 'mkdir -p -- "$@"\n'
+
+
 def prepare_dirs(layout: NodeLayout, container: bool) -> list[str]:
+    """Create the recipe's folders on the node; refused when one of them is a link."""
     dirs = [layout.releases, layout.logs, *([layout.cache] if container else [])]
-    return ["mkdir", "-p", "--", *dirs]
+    return ["sh", "-c", PREPARE_DIRS_SH, "sh", *dirs]
 
 
 def clear_staging(layout: NodeLayout, rid: str) -> list[str]:
@@ -89,15 +102,24 @@ def file_exists(path: str) -> list[str]:
 # --------------------------------------------------------------------------- files
 
 
+PRIVATE_DIR_SH = (
+    NO_LINKS_SH + 'mkdir -p -m 700 -- "$1" && [ -d "$1" ] && [ ! -L "$1" ] && chmod 700 -- "$1"\n'
+)
+
+
 def private_dir(path: str) -> list[str]:
-    """A folder only its owner can enter (for secrets)."""
-    return ["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1"', "sh", path]
+    """A folder only its owner can enter (for secrets). Refused when `path` is a link:
+    chmod follows a link, so it is run only on the real folder."""
+    return ["sh", "-c", PRIVATE_DIR_SH, "sh", path]
 
 
+# rm -rf of a link removes the link only (operands have no trailing slash); mv renames a
+# link itself; nothing here changes a mode
 MODEL_SWAP_SH = r"""
+set -e
 new=$1; target=$2; old=$3
 rm -rf -- "$old"
-if [ -e "$target" ]; then mv -T -- "$target" "$old"; fi
+if [ -e "$target" ] || [ -L "$target" ]; then mv -T -- "$target" "$old"; fi
 mv -T -- "$new" "$target"
 rm -rf -- "$old"
 """
