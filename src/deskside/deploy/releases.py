@@ -24,22 +24,10 @@ def release_id(when: datetime, lock_sha256: str) -> str:
 # --------------------------------------------------------------------------- releases
 
 
-NO_LINKS_SH = r"""
-for d; do
-  if [ -L "$d" ]; then
-    echo "deskside: $d is a link (to $(readlink -- "$d")); deskside keeps its files in real folders and follows no link it did not make: remove it (rm -- $d)" >&2
-    exit 1
-  fi
-done
-"""
-
-PREPARE_DIRS_SH = NO_LINKS_SH + 'mkdir -p -- "$@"\n'
-
-
 def prepare_dirs(layout: NodeLayout, container: bool) -> list[str]:
-    """Create the recipe's folders on the node; refused when one of them is a link."""
+    """Create the recipe's folders on the node (`mkdir -p` changes no mode)."""
     dirs = [layout.releases, layout.logs, *([layout.cache] if container else [])]
-    return ["sh", "-c", PREPARE_DIRS_SH, "sh", *dirs]
+    return ["mkdir", "-p", "--", *dirs]
 
 
 def clear_staging(layout: NodeLayout, rid: str) -> list[str]:
@@ -102,14 +90,15 @@ def file_exists(path: str) -> list[str]:
 # --------------------------------------------------------------------------- files
 
 
+# chmod follows a link: it runs only on a real folder (a link there is refused, exit 2)
 PRIVATE_DIR_SH = (
-    NO_LINKS_SH + 'mkdir -p -m 700 -- "$1" && [ -d "$1" ] && [ ! -L "$1" ] && chmod 700 -- "$1"\n'
+    'if [ -L "$1" ]; then echo "deskside: $1 is a link; remove it (rm -- $1)" >&2; exit 2; fi; '
+    'mkdir -p -m 700 -- "$1" && chmod 700 -- "$1"'
 )
 
 
 def private_dir(path: str) -> list[str]:
-    """A folder only its owner can enter (for secrets). Refused when `path` is a link:
-    chmod follows a link, so it is run only on the real folder."""
+    """A folder only its owner can enter (for secrets); refused when `path` is a link."""
     return ["sh", "-c", PRIVATE_DIR_SH, "sh", path]
 
 
