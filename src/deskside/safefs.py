@@ -4,8 +4,9 @@ Every write takes the same path (`write_file`, `copy_file`, `create_file`, `open
 
 - The folders down to the target are opened one at a time from a trusted starting folder,
   each with `O_NOFOLLOW`: a link below it is never followed, it is refused with its path and
-  where it points. A folder deskside creates gets its mode with `fchmod` on the folder it
-  just created (0700 under $DESKSIDE_HOME, 0755 elsewhere), whatever the umask.
+  where it points. A folder deskside creates is made 0700 and then given its mode with
+  `fchmod` on the descriptor of the folder it just created (0700 under $DESKSIDE_HOME and
+  for bundle folders, else what the caller asks), whatever the umask.
 - The file is written to a temporary name created exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`,
   random) in the target's folder, given its final mode with `fchmod` on the open file, and
   renamed over the target: a link planted at the target is replaced, never written through.
@@ -13,8 +14,8 @@ Every write takes the same path (`write_file`, `copy_file`, `create_file`, `open
 The trusted starting folder is the nearest existing folder of the `root` a caller names
 (a bundle folder), of $DESKSIDE_HOME for paths under it, or else of the target itself. That
 folder may be a link (the user's own path); nothing deskside walks below it may be. Under
-$DESKSIDE_HOME (deskside's own files) an existing folder must also belong to the user and not
-be writable by others.
+$DESKSIDE_HOME (deskside's own files) an existing folder, $DESKSIDE_HOME included, must also
+belong to the user and not be writable by others.
 
 `folder_files` lists a folder to copy by contents: regular files, and links to files inside
 the folder; a link leading out of it is refused.
@@ -193,6 +194,12 @@ def open_folder(folder: Path, *, root: Path | None = None, mode: int | None = No
                 location=Location(str(start)),
             ) from None
         raise _system_refused(start, exc, "open the folder") from None
+    if private and start == _abs(deskside_home()):
+        try:
+            _check_private(start, os.fstat(fd))  # $DESKSIDE_HOME itself, when it exists
+        except BaseException:
+            os.close(fd)
+            raise
     where = start
     for name in names:
         where = where / name

@@ -50,7 +50,8 @@ def _upload_bytes(d: Deployment) -> int:
     upload = model_upload(d.recipe, d.recipe_path)
     if upload is None or not upload[0].is_dir():
         return 0
-    return sum(p.stat().st_size for p in upload[0].rglob("*") if p.is_file())
+    # what the push copies (a link out of the folder is refused here, before any upload)
+    return sum(source.stat().st_size for _, source in folder_files(upload[0]))
 
 
 def preflight(d: Deployment) -> Outcome:

@@ -106,14 +106,15 @@ class Bundle(Mapping[str, bytes]):
         with the holder's pid). Each file is written to a temporary file created
         exclusively beside it and renamed over it (`deskside.safefs`): a link planted in
         `out_dir` is replaced, never followed, and nothing is written outside `out_dir`.
-        Files in `out_dir` that the bundle does not contain are left alone.
+        Folders deskside creates are 0700 whatever the umask. Files in `out_dir` that the
+        bundle does not contain are left alone.
         """
-        safefs.make_dirs(out_dir, root=out_dir)
+        safefs.make_dirs(out_dir, root=out_dir, mode=safefs.PRIVATE_DIR)
         written: list[Path] = []
         with locks.hold(out_dir / BUSY_LOCK, f"bundle folder {out_dir}"):
             for rel, data in self._files.items():
                 target = out_dir.joinpath(*rel.split("/"))
-                with safefs.folder(target.parent, root=out_dir) as fd:
+                with safefs.folder(target.parent, root=out_dir, mode=safefs.PRIVATE_DIR) as fd:
                     safefs.write_at(fd, target, data, self._modes[rel])
                 written.append(target)
         return written
