@@ -24,7 +24,7 @@ from deskside.planner.inputs import plan_recipe
 from deskside.recipe.types import Recipe
 from deskside.runtime.local import LocalRuntime
 from deskside.runtime.pipeline import UpOptions
-from deskside.runtime.records import find_run
+from deskside.runtime.records import find_run, run_lock
 
 Say = Callable[[str], None]
 
@@ -132,39 +132,40 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
     say(f"tiny DeepSeek-V3 model: {recipe.model.path}")
     planned = plan_recipe(recipe, path)
     say(f"plan: {planned.kv_cache_line}")
-    t0 = time.monotonic()
-    runtime = LocalRuntime()
-    report = runtime.up(recipe, path, planned, UpOptions(), progress=say)
-    if not report.ok:
-        raise DesksideError(
-            f"the demo cluster did not start ({report.failed_stage}): {report.error}",
-            hint=report.hint,
-        )
-    startup = time.monotonic() - t0
-    names, url = report.served_names, report.api_url
-    try:
-        completions = []
-        for name in names:
-            with httpx.Client() as client:
-                s = chat(client, url, name, "Say hello.", 8)
-            completions.append({"model": name, "output_tokens": s.output_tokens})
-            say(f"chat completion via {name!r}: {s.output_tokens} tokens")
-        table = []
-        for words, conc in ((64, 1), (256, 1), (64, 2)):
-            say(f"measuring prompt ~{words} words x concurrency {conc}")
-            table.append(measure(url, names[0], words, conc, 32))
-    finally:
-        if not keep_up:
-            say("tearing down")
-            runtime.down(find_run(recipe.name))
-    return {
-        "notes": notes,
-        "startup_seconds": round(startup, 1),
-        "api_url": url,
-        "planned_kv_cache_line": report.planned_kv_cache_line,
-        "logged_kv_cache_line": report.logged_kv_cache_line,
-        "kv_match": report.logged_kv_cache_line == report.planned_kv_cache_line,
-        "completions": completions,
-        "table": table,
-        "stages": [{"name": st.name, "seconds": round(st.seconds, 1)} for st in report.stages],
-    }
+    with run_lock(recipe.name):  # one deskside at a time on this run
+        t0 = time.monotonic()
+        runtime = LocalRuntime()
+        report = runtime.up(recipe, path, planned, UpOptions(), progress=say)
+        if not report.ok:
+            raise DesksideError(
+                f"the demo cluster did not start ({report.failed_stage}): {report.error}",
+                hint=report.hint,
+            )
+        startup = time.monotonic() - t0
+        names, url = report.served_names, report.api_url
+        try:
+            completions = []
+            for name in names:
+                with httpx.Client() as client:
+                    s = chat(client, url, name, "Say hello.", 8)
+                completions.append({"model": name, "output_tokens": s.output_tokens})
+                say(f"chat completion via {name!r}: {s.output_tokens} tokens")
+            table = []
+            for words, conc in ((64, 1), (256, 1), (64, 2)):
+                say(f"measuring prompt ~{words} words x concurrency {conc}")
+                table.append(measure(url, names[0], words, conc, 32))
+        finally:
+            if not keep_up:
+                say("tearing down")
+                runtime.down(find_run(recipe.name))
+        return {
+            "notes": notes,
+            "startup_seconds": round(startup, 1),
+            "api_url": url,
+            "planned_kv_cache_line": report.planned_kv_cache_line,
+            "logged_kv_cache_line": report.logged_kv_cache_line,
+            "kv_match": report.logged_kv_cache_line == report.planned_kv_cache_line,
+            "completions": completions,
+            "table": table,
+            "stages": [{"name": st.name, "seconds": round(st.seconds, 1)} for st in report.stages],
+        }

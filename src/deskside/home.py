@@ -12,7 +12,6 @@ recipe's relative paths resolve against $DESKSIDE_HOME, and the tiny model it se
 from __future__ import annotations
 
 import difflib
-import os
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -20,14 +19,12 @@ from pathlib import Path
 from deskside.errors import Location, UsageError
 from deskside.recipe.load import load_recipe, load_recipe_text
 from deskside.recipe.types import Recipe
+from deskside.safefs import deskside_home as deskside_home
+from deskside.safefs import make_dirs
 from deskside.tiny import ARCHS, ensure_tiny_model
 
 TINY_MODELS_FILE = "tiny-models.toml"
 """In ``deskside.recipes_data``: embedded recipe name -> the tiny architecture it serves."""
-
-
-def deskside_home() -> Path:
-    return Path(os.environ.get("DESKSIDE_HOME") or Path.home() / ".deskside").expanduser()
 
 
 def runs_dir() -> Path:
@@ -60,7 +57,10 @@ def ensure_embedded_model(name: str, recipe: Recipe) -> bool:
     arch = embedded_tiny_models().get(name)
     if arch is None or recipe.model.path is None:
         return False
-    return ensure_tiny_model(arch, Path(recipe.model.path))
+    model = Path(recipe.model.path)
+    if not model.exists():
+        make_dirs(model.parent)  # 0700 under $DESKSIDE_HOME whatever the umask, no links
+    return ensure_tiny_model(arch, model)
 
 
 def resolve_recipe(arg: str | Path, *, make_model: bool = True) -> tuple[Recipe, Path]:

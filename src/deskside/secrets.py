@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import os
 import secrets as _random
+import shlex
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deskside.errors import UsageError
-from deskside.home import deskside_home
+from deskside.errors import Location, UsageError
 from deskside.layout import ENGINE_ENV_FILE, ENGINE_KEY_ENV
+from deskside.safefs import PRIVATE_DIR, create_file, deskside_home, write_file
 
 PROXY_MASTER_KEY = "proxy-master-key"
+SECRET_MODE = 0o600
+MAX_SECRET_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class Secret:
         return f"Secret({self.name!r}, '********')"
 
 
+def _q(path: Path | str) -> str:
+    return shlex.quote(str(path))
+
+
 def new_master_key() -> str:
     """A LiteLLM master key: LiteLLM expects keys starting with 'sk-'."""
     return "sk-" + _random.token_urlsafe(32)
@@ -50,47 +57,123 @@ def secrets_dir(recipe_name: str) -> Path:
     return deskside_home() / "secrets" / recipe_name
 
 
-def _check_private(path: Path) -> None:
-    mode = stat.S_IMODE(path.stat().st_mode)
+def _refuse(path: Path, message: str, hint: str) -> UsageError:
+    return UsageError(f"{path}: {message}", hint=hint, location=Location(str(path)))
+
+
+def _check_file(path: Path, st: os.stat_result) -> None:
+    """A secret file is a regular file of the user's that nobody else can read or change."""
+    uid = os.geteuid()
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(
+            path,
+            "a secret file must be a regular file",
+            f"move it away (mv -- {_q(path)} {_q(str(path) + '.old')}) and give a regular file",
+        )
+    if st.st_uid != uid:
+        raise _refuse(
+            path,
+            f"secret file belongs to uid {st.st_uid}, not to you (uid {uid}); someone else "
+            "could have chosen its value",
+            f"if you wrote it: chown {uid} {_q(path)} && chmod 600 {_q(path)}; otherwise "
+            f"remove it: rm -- {_q(path)}",
+        )
+    mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
-        raise UsageError(
-            f"{path}: secret file is readable by others (mode {mode:04o})",
-            hint=f"chmod 600 {path}",
+        what = "readable" if mode & 0o044 else "writable" if mode & 0o022 else "executable"
+        raise _refuse(
+            path,
+            f"secret file is {what} by others (mode {mode:04o})",
+            f"chmod 600 {_q(path)}",
+        )
+
+
+def _check_folder(path: Path) -> None:
+    """The folder of a secret file belongs to the user (or root) and others cannot change
+    it (they could replace the file)."""
+    folder = path.parent
+    try:
+        st = folder.stat()
+    except OSError as exc:
+        raise _refuse(
+            folder,
+            f"cannot read the folder of secret file {path.name}: {exc.strerror}",
+            f"ls -ld {_q(folder)}",
+        ) from None
+    uid = os.geteuid()
+    if st.st_uid not in (uid, 0):
+        raise _refuse(
+            folder,
+            f"the folder of secret file {path.name} belongs to uid {st.st_uid}, not to you "
+            f"(uid {uid})",
+            f"keep the secret in a folder you own (mkdir -m 700 ~/.secrets), or if the "
+            f"folder is yours: chown {uid} {_q(folder)}",
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        raise _refuse(
+            folder,
+            f"the folder of secret file {path.name} is writable by others (mode {mode:04o}); "
+            "they could replace the secret",
+            f"chmod 700 {_q(folder)}",
         )
 
 
 def write_secret(path: Path, value: str) -> None:
-    """Write `value` to `path` with mode 0600, atomically; an existing file is replaced."""
+    """Write `value` to `path` with mode 0600 (folders made 0700), atomically; an existing
+    file is replaced (`deskside.safefs`)."""
+    _check_value(path, value)
+    write_file(path, _line(value), SECRET_MODE, dir_mode=PRIVATE_DIR)
+
+
+def _check_value(path: Path, value: str) -> None:
     if not value or "\n" in value.rstrip("\n"):
         raise UsageError(f"{path}: a secret is one non-empty line")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (value.rstrip("\n") + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+
+
+def _line(value: str) -> bytes:
+    return (value.rstrip("\n") + "\n").encode()
 
 
 def read_secret(path: Path, name: str | None = None) -> Secret:
-    """Read a secret file (first line, stripped); refuse one that others can read."""
+    """Read a secret file (first line, stripped). It must be a regular file (not a link)
+    of the user's that others can neither read nor change, in a folder others cannot
+    change; anything else is refused with the fix."""
     try:
-        _check_private(path)
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such secret file") from None
-    value = text.strip()
+    except OSError as exc:
+        if path.is_symlink():
+            raise _refuse(
+                path,
+                f"a secret file must not be a link (it points to {os.readlink(path)})",
+                f"give the file itself: {_q(os.path.realpath(path))}",
+            ) from None
+        raise _refuse(
+            path, f"cannot read the secret file: {exc.strerror}", f"ls -l {_q(path)}"
+        ) from None
+    try:
+        _check_file(path, os.fstat(fd))
+        _check_folder(path)
+        data = os.read(fd, MAX_SECRET_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SECRET_BYTES:
+        raise UsageError(
+            f"{path}: a secret file holds one line of at most {MAX_SECRET_BYTES} bytes"
+        )
+    value = data.decode(errors="replace").strip()
     if not value or "\n" in value:
         raise UsageError(f"{path}: a secret file holds one non-empty line")
     return Secret(name or path.name, value)
 
 
 def load_or_create(path: Path, name: str | None = None) -> Secret:
-    """The secret in `path`, generating a new master key there (0600) if there is none."""
-    if not path.exists():
-        write_secret(path, new_master_key())
+    """The secret in `path`, generating a new master key there (0600, in a 0700 folder) if
+    there is none. Created exclusively: two commands at once agree on one key."""
+    if not path.is_symlink() and not path.exists():
+        create_file(path, _line(new_master_key()), SECRET_MODE, dir_mode=PRIVATE_DIR)
     return read_secret(path, name)
 
 
@@ -111,8 +194,9 @@ def engine_api_key(recipe_name: str) -> Secret:
     it), kept as the engine's environment file `VLLM_API_KEY=...` in
     $DESKSIDE_HOME/secrets/<recipe>/engine.env (0600), generated at first use."""
     path = engine_env_path(recipe_name)
-    if not path.exists():
-        write_secret(path, f"{ENGINE_KEY_ENV}={new_master_key()}")
+    if not path.is_symlink() and not path.exists():
+        line = _line(f"{ENGINE_KEY_ENV}={new_master_key()}")
+        create_file(path, line, SECRET_MODE, dir_mode=PRIVATE_DIR)
     name, _, value = read_secret(path, ENGINE_ENV_FILE).reveal().partition("=")
     if name != ENGINE_KEY_ENV or not value:
         raise UsageError(

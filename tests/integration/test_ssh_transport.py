@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from deskside.safefs import WriteRefused, folder_files
 from deskside.transport import ssh
 from deskside.transport.ssh import SshError, SshTarget, SshTransport
 
@@ -135,6 +136,45 @@ def test_put_is_atomic_with_mode_and_get_reads_back(hosts: SshHosts) -> None:
     src.write_bytes(os.urandom(300_000))
     t.put_file(src, f"{hosts.private_root}/files/blob.bin", 0o640)
     assert t.get(f"{hosts.private_root}/files/blob.bin") == src.read_bytes()
+
+
+def test_a_model_folder_with_links_pushed_over_sftp_changes_no_mode_on_the_node(
+    hosts: SshHosts, tmp_path: Path
+) -> None:
+    """A model folder holding a link (to a file inside it) is pushed file by file as the
+    deploy does, to a node folder where a link to a private file of the node waits at every
+    name: the links are replaced, the private file keeps its mode and contents."""
+    t = transport(hosts)
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "weights.bin").write_bytes(os.urandom(70_000))
+    (model / "tokenizer.bin").symlink_to("sub/weights.bin")
+    local = hosts.hosts[0].private_dir
+    victim = local / "victim" / "secret"
+    victim.parent.mkdir(parents=True)
+    victim.write_text("the node's own\n")
+    victim.chmod(0o600)
+    node_victim = f"{hosts.private_root}/victim/secret"
+    (local / "pushed" / "sub").mkdir(parents=True)
+    names = [rel for rel, _ in folder_files(model)]
+    assert names == ["config.json", "sub/weights.bin", "tokenizer.bin"]
+    for rel in names:
+        (local / "pushed" / rel).symlink_to(node_victim)
+    for rel, source in folder_files(model):
+        t.put_file(source, f"{hosts.private_root}/pushed/{rel}", 0o644)
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert victim.read_text() == "the node's own\n"
+    for rel in names:
+        path = local / "pushed" / rel
+        assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o644, rel
+    assert (local / "pushed" / "tokenizer.bin").read_bytes() == (
+        model / "sub" / "weights.bin"
+    ).read_bytes()
+    # a link leading out of the folder is refused before anything is pushed
+    (model / "leak").symlink_to(victim)
+    with pytest.raises(WriteRefused, match="outside the folder"):
+        folder_files(model)
 
 
 def test_unknown_host_key_is_refused(hosts: SshHosts, tmp_path: Path) -> None:

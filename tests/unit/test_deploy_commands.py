@@ -262,7 +262,7 @@ def test_ssh_command_lines_are_inert_under_sh(tmp_path: Path) -> None:
         assert procs.stop_session(pid, grace=2)
 
 
-@pytest.mark.parametrize("mode", ["644", "600", "missing"])
+@pytest.mark.parametrize("mode", ["644", "600", "missing", "600 foreign"])
 def test_proxy_key_file_checks(mode: str) -> None:
     data = ssh_recipe_data(
         addresses=("10.9.0.1", "10.9.0.2"),
@@ -277,7 +277,7 @@ def test_proxy_key_file_checks(mode: str) -> None:
     recipe = load_recipe_text(json.dumps(data), "r.yaml", base_dir=Path("/tmp"))
     facts = pf.parse_facts(
         "uid=0\nexisting=/\nwritable=1\npython=3.11\nvllm=0.32.0\ndeskside=1\nlitellm=1\n"
-        f"key_mode={mode}\n"
+        + (f"key_mode={mode}\n" if mode != "600 foreign" else "key_mode=600\nkey_owner=1000\n")
     )
     found = pf.check_node(
         facts,
@@ -293,6 +293,8 @@ def test_proxy_key_file_checks(mode: str) -> None:
         assert messages == ""
     elif mode == "644":
         assert "readable by others (mode 644)" in messages
+    elif mode == "600 foreign":
+        assert "belongs to uid 1000, not to the user deskside logs in as (uid 0)" in messages
     else:
         assert "missing or unreadable" in messages
 

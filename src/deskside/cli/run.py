@@ -26,7 +26,7 @@ from deskside.home import resolve_recipe
 from deskside.planner.inputs import plan_recipe
 from deskside.report import print_demo, print_status, print_up
 from deskside.runtime.pipeline import UpOptions
-from deskside.runtime.records import find_run, only_run_name
+from deskside.runtime.records import find_run, only_run_name, pick_run, run_lock
 from deskside.runtime.records import forget as forget_run
 from deskside.runtime.select import runtime_for, runtime_of
 from deskside.runtime.status import log_follow, log_tail
@@ -60,7 +60,7 @@ def up(
         planned = plan_recipe(loaded, path)
         runtime = runtime_for(loaded, known_hosts)
         options = UpOptions(known_hosts=known_hosts, dry_run=dry_run, timeout=timeout)
-        with err.status("starting") as spinner:
+        with run_lock(loaded.name), err.status("starting") as spinner:
             report = runtime.up(
                 loaded,
                 path,
@@ -99,7 +99,8 @@ def down(
     if forget:
         try:
             name = run or only_run_name()
-            removed = forget_run(name)
+            with run_lock(name):
+                removed = forget_run(name)
         except DesksideError as exc:
             fail(exc, as_json)
         if as_json:
@@ -108,8 +109,10 @@ def down(
             out.print(f"{shown(name)}: forgot {len(removed)} record(s); nothing was signalled")
         return
     try:
-        record = find_run(run)
-        leftovers = runtime_of(record, known_hosts).down(record)
+        name = pick_run(run)
+        with run_lock(name):
+            record = find_run(name)
+            leftovers = runtime_of(record, known_hosts).down(record)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:

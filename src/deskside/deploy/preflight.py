@@ -64,6 +64,7 @@ if [ -n "$litellm" ] && command -v "$litellm" >/dev/null 2>&1; then echo litellm
 if [ -n "$key_file" ]; then
   if [ -r "$key_file" ]; then
     echo "key_mode=$(stat -c %a -- "$key_file")"
+    echo "key_owner=$(stat -c %u -- "$key_file")"
   else
     echo key_mode=missing
   fi
@@ -112,6 +113,7 @@ class HostFacts:
     systemd: bool = False
     litellm: bool = False
     key_mode: str | None = None
+    key_owner: int | None = None  # uid owning the proxy key file
 
     @property
     def root(self) -> bool:
@@ -163,6 +165,7 @@ def parse_facts(stdout: str) -> HostFacts:
         systemd=values.get("systemd") == "1",
         litellm=values.get("litellm") == "1",
         key_mode=values.get("key_mode"),
+        key_owner=num("key_owner"),
     )
 
 
@@ -307,5 +310,13 @@ def check_node(
                     f"proxy.master_key_file {key_file} is readable by others "
                     f"(mode {facts.key_mode})",
                     f"chmod 600 {key_file}",
+                )
+            elif facts.key_owner not in (None, facts.uid) and facts.uid is not None:
+                problem(
+                    f"proxy.master_key_file {key_file} belongs to uid {facts.key_owner}, "
+                    f"not to the user deskside logs in as (uid {facts.uid}): someone "
+                    "else could have chosen the key",
+                    f"chown {facts.uid} {key_file} && chmod 600 {key_file}, or write a "
+                    "new key into a file of your own",
                 )
     return out

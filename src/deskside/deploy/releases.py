@@ -25,6 +25,7 @@ def release_id(when: datetime, lock_sha256: str) -> str:
 
 
 def prepare_dirs(layout: NodeLayout, container: bool) -> list[str]:
+    """Create the recipe's folders on the node (`mkdir -p` changes no mode)."""
     dirs = [layout.releases, layout.logs, *([layout.cache] if container else [])]
     return ["mkdir", "-p", "--", *dirs]
 
@@ -89,15 +90,25 @@ def file_exists(path: str) -> list[str]:
 # --------------------------------------------------------------------------- files
 
 
+# chmod follows a link: it runs only on a real folder (a link there is refused, exit 2)
+PRIVATE_DIR_SH = (
+    'if [ -L "$1" ]; then echo "deskside: $1 is a link; remove it (rm -- $1)" >&2; exit 2; fi; '
+    'mkdir -p -m 700 -- "$1" && chmod 700 -- "$1"'
+)
+
+
 def private_dir(path: str) -> list[str]:
-    """A folder only its owner can enter (for secrets)."""
-    return ["sh", "-c", 'mkdir -p -- "$1" && chmod 700 -- "$1"', "sh", path]
+    """A folder only its owner can enter (for secrets); refused when `path` is a link."""
+    return ["sh", "-c", PRIVATE_DIR_SH, "sh", path]
 
 
+# rm -rf of a link removes the link only (operands have no trailing slash); mv renames a
+# link itself; nothing here changes a mode
 MODEL_SWAP_SH = r"""
+set -e
 new=$1; target=$2; old=$3
 rm -rf -- "$old"
-if [ -e "$target" ]; then mv -T -- "$target" "$old"; fi
+if [ -e "$target" ] || [ -L "$target" ]; then mv -T -- "$target" "$old"; fi
 mv -T -- "$new" "$target"
 rm -rf -- "$old"
 """

@@ -32,6 +32,7 @@ from deskside.runtime.control import Control, control_kind
 from deskside.runtime.ops import Executed, Op, Put, Run, Upload, execute
 from deskside.runtime.pipeline import Outcome
 from deskside.runtime.records import read_state
+from deskside.safefs import folder_files
 from deskside.units import MIB
 
 
@@ -49,7 +50,8 @@ def _upload_bytes(d: Deployment) -> int:
     upload = model_upload(d.recipe, d.recipe_path)
     if upload is None or not upload[0].is_dir():
         return 0
-    return sum(p.stat().st_size for p in upload[0].rglob("*") if p.is_file())
+    # what the push copies (a link out of the folder is refused here, before any upload)
+    return sum(source.stat().st_size for _, source in folder_files(upload[0]))
 
 
 def preflight(d: Deployment) -> Outcome:
@@ -128,12 +130,12 @@ def render_stage(d: Deployment) -> Outcome:
 
 def model_manifest(folder: Path) -> bytes:
     """Which files the local model folder holds (size and modification time): a re-push
-    is needed when it changes."""
-    entries = {
-        p.relative_to(folder).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns]
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+    is needed when it changes. A link leading out of the folder is refused here, before
+    anything is pushed (`deskside.safefs.folder_files`)."""
+    entries = {}
+    for rel_path, source in folder_files(folder):
+        st = source.stat()
+        entries[rel_path] = [st.st_size, st.st_mtime_ns]
     return json.dumps(entries, sort_keys=True).encode()
 
 
@@ -215,10 +217,10 @@ def _model_ops(d: Deployment, node: str, folder: Path, target: str, rid: str) ->
     staging = f"{Path(target).parent!s}/.partial-{Path(target).name}-{rid}"
     assert d.model_manifest is not None
     ops: list[Op] = [Run(node, ("rm", "-rf", "--", staging), "clearing the model staging folder")]
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            remote = f"{staging}/{path.relative_to(folder).as_posix()}"
-            ops.append(Upload(node, path, remote, 0o644, f"pushing model folder {folder.name}"))
+    # file contents only: a link inside the folder arrives as a file, none leads out of it
+    for rel_path, source in folder_files(folder):
+        remote = f"{staging}/{rel_path}"
+        ops.append(Upload(node, source, remote, 0o644, f"pushing model folder {folder.name}"))
     ops.append(Put(node, f"{staging}/{MANIFEST_FILE}", d.model_manifest, 0o644, "model manifest"))
     ops.append(
         Run(

@@ -10,15 +10,18 @@ of `render()`.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from deskside import locks, safefs
 from deskside.errors import UsageError
 
 MODE_FILE = 0o644
 MODE_SCRIPT = 0o755
+
+BUSY_LOCK = ".deskside-render.lock"
+"""In a bundle folder while deskside writes it: the writer's pid (`deskside.locks`)."""
 
 CLUSTER_DIR = "cluster"
 """The bundle folder of cluster-wide files (proxy, monitoring, lock); the head hosts it."""
@@ -99,31 +102,31 @@ class Bundle(Mapping[str, bytes]):
     def write(self, out_dir: Path) -> list[Path]:
         """Write every file under `out_dir` with its mode; returns the paths written.
 
-        Files are replaced atomically (write to a temporary name, then rename). Files in
-        `out_dir` that the bundle does not contain are left alone.
+        `out_dir` is locked while it is written (`BUSY_LOCK`: a second writer gets `Busy`
+        with the holder's pid). Each file is written to a temporary file created
+        exclusively beside it and renamed over it (`deskside.safefs`): a link planted in
+        `out_dir` is replaced, never followed, and nothing is written outside `out_dir`.
+        Folders deskside creates are 0700 whatever the umask. Files in `out_dir` that the
+        bundle does not contain are left alone.
         """
+        safefs.make_dirs(out_dir, root=out_dir, mode=safefs.PRIVATE_DIR)
         written: list[Path] = []
-        for rel, data in self._files.items():
-            target = out_dir.joinpath(*rel.split("/"))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.deskside-tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self._modes[rel])
-            try:
-                os.write(fd, data)
-                os.fchmod(fd, self._modes[rel])
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-            written.append(target)
+        with locks.hold(out_dir / BUSY_LOCK, f"bundle folder {out_dir}"):
+            for rel, data in self._files.items():
+                target = out_dir.joinpath(*rel.split("/"))
+                with safefs.folder(target.parent, root=out_dir, mode=safefs.PRIVATE_DIR) as fd:
+                    safefs.write_at(fd, target, data, self._modes[rel])
+                written.append(target)
         return written
 
 
 def read_bundle_dir(root: Path) -> dict[str, bytes]:
-    """Every file under `root` as {relative posix path: bytes} (for diffs and tests)."""
+    """Every file under `root` as {relative posix path: bytes} (for diffs and tests); a
+    writer's lock file is not part of the bundle."""
     if not root.is_dir():
         raise UsageError(f"{root}: no such folder")
     out: dict[str, bytes] = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.name != BUSY_LOCK:
             out[path.relative_to(root).as_posix()] = path.read_bytes()
     return out

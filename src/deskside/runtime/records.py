@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import stat
 from pathlib import Path, PurePosixPath
@@ -20,9 +21,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from deskside.errors import DesksideError, UsageError
-from deskside.home import runs_dir
+from deskside.home import deskside_home, runs_dir
 from deskside.layout import STATE_FILE, NodeLayout
 from deskside.localnet import bridge_name
+from deskside.locks import Held, hold
 from deskside.recipe.types import Ssh
 from deskside.transport.base import Result, Transport
 from deskside.transport.local import LocalTransport
@@ -295,19 +297,31 @@ def forget(recipe_name: str) -> list[str]:
     return removed
 
 
+def run_lock(name: str) -> contextlib.AbstractContextManager[Held]:
+    """One deskside at a time on a run (`up`, `down`, `down --forget`, the demo): a second
+    one gets `Busy` naming the holder's pid. The lock lives beside the runs, not in the
+    run's folder, which `down` empties."""
+    path = deskside_home() / "locks" / f"run-{check_run_name(name)}.lock"
+    return hold(path, f"run {name}")
+
+
 def find_run(name: str | None) -> RunRecord:
     """The run `name`, or the only run there is (BadState for a record deskside cannot
     trust)."""
+    name = pick_run(name)
+    run = load_run(name)
+    if run is None:
+        raise DesksideError(f"no run of {name!r}", hint="deskside up RECIPE first")
+    return run
+
+
+def pick_run(name: str | None) -> str:
+    """`name`, or the name of the only run there is."""
     if name is not None:
-        run = load_run(name)
-        if run is None:
-            raise DesksideError(f"no run of {name!r}", hint="deskside up RECIPE first")
-        return run
+        return check_run_name(name)
     names = run_names()
     if not names:
         raise DesksideError("nothing is running", hint="start a cluster: deskside up RECIPE")
     if len(names) > 1:
         raise DesksideError(f"several runs: {', '.join(names)}", hint="name one: --recipe NAME")
-    run = load_run(names[0])
-    assert run is not None
-    return run
+    return names[0]

@@ -1,14 +1,16 @@
-"""Run on this machine, optionally inside a network namespace (`ip netns exec NAME`)."""
+"""Run on this machine, optionally inside a network namespace (`ip netns exec NAME`).
+
+Files are written through `deskside.safefs` (exclusive temporary files renamed into place,
+never through a link; logs opened for appending never through a link either)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from deskside.safefs import copy_file, open_append, write_file
 from deskside.smallfile import read_small_file
 from deskside.transport.base import Result
 
@@ -67,8 +69,8 @@ class LocalTransport:
         log_path: str,
         cwd: str | None = None,
     ) -> int:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
+        log = open_append(Path(log_path), 0o644)
+        try:
             proc = subprocess.Popen(
                 self.wrap(argv),
                 env=self._env(env),
@@ -78,33 +80,20 @@ class LocalTransport:
                 cwd=cwd,
                 start_new_session=True,
             )
+        finally:
+            os.close(log)
         return proc.pid
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write `data` to `path` (`deskside.safefs.write_file`: an exclusive temporary
+        file renamed over the target; no link followed below $DESKSIDE_HOME or the nearest
+        existing folder; folders made 0700 under $DESKSIDE_HOME)."""
+        write_file(Path(path), data, mode)
 
     def put_file(self, local: Path, path: str, mode: int = 0o644) -> None:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        try:
-            with os.fdopen(fd, "wb") as out, open(local, "rb") as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Copy the contents of the regular file `local` (never a link) to `path`, like
+        `put`."""
+        copy_file(local, Path(path), mode)
 
     def get(self, path: str, limit: int = GET_LIMIT) -> bytes:
         """A regular file of at most `limit` bytes (see `deskside.smallfile`): a FIFO or a

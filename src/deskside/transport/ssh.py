@@ -26,9 +26,10 @@
 `run` sends `argv` quoted for POSIX sh (the login shell runs it); `env` is given with
 `env NAME=VALUE ...` (sshd drops most environment requests). `spawn` detaches with
 `setsid` and the new session leader prints its own pid before it execs the program, so a
-whole engine (with its worker processes) stops by session (see `deskside.runtime.node_sh`). `put`
-writes a temporary file next to the target, sets the mode, and renames it over the target
-(SFTP posix-rename: atomic); `get` reads over SFTP.
+whole engine (with its worker processes) stops by session (see `deskside.runtime.node_sh`).
+`put` creates a temporary file next to the target exclusively, with its final mode, and
+renames it over the target (SFTP posix-rename: atomic; a link at the target is replaced); no
+chmod goes through a name. `get` reads over SFTP.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import functools
 import shlex
 import threading
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
@@ -49,6 +50,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from deskside.errors import DesksideError
+from deskside.safefs import open_source
 from deskside.transport.base import Result
 from deskside.transport.ssh_keys import (
     HostKeySeen,
@@ -360,19 +362,23 @@ class SshTransport:
 
     # -- files
 
-    async def _put(self, data: bytes, path: str, mode: int) -> None:
+    async def _put_with(
+        self, path: str, mode: int, fill: Callable[[asyncssh.SFTPClientFile], Awaitable[None]]
+    ) -> None:
+        """A temporary file created exclusively beside `path` with its final mode, filled,
+        then renamed over `path` (SFTP posix-rename: atomic; a link at `path` is replaced,
+        never followed). The mode is set again on the open file (fsetstat), in case the
+        server's umask narrowed it: never a chmod through a name."""
         conn = await self._conn()
         target = PurePosixPath(path)
-        tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"))
+        tmp = str(target.with_name(f".{target.name[:200]}.{uuid.uuid4().hex[:12]}.tmp"))
         async with conn.start_sftp_client() as sftp:
             await sftp.makedirs(str(target.parent), exist_ok=True)
-            # created with the final mode (never wider, even briefly), then chmod in case
-            # the server's umask narrowed it
             attrs = asyncssh.SFTPAttrs(permissions=mode)
             try:
-                async with sftp.open(tmp, "wb", attrs=attrs, encoding=None) as f:
-                    await f.write(data)
-                await sftp.chmod(tmp, mode)
+                async with sftp.open(tmp, "xb", attrs=attrs, encoding=None) as f:
+                    await f.chmod(mode)
+                    await fill(f)
                 await sftp.posix_rename(tmp, path)
             except BaseException:
                 with contextlib.suppress(asyncssh.SFTPError, OSError):
@@ -380,27 +386,31 @@ class SshTransport:
                 raise
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        async def fill(f: asyncssh.SFTPClientFile) -> None:
+            await f.write(data)
+
         try:
-            self._call(self._put(data, path, mode))
+            self._call(self._put_with(path, mode, fill))
         except asyncssh.SFTPError as exc:
             raise SshError(f"{self.name}: cannot write {path}: {exc.reason}") from None
-
-    async def _put_file(self, local: str, path: str, mode: int) -> None:
-        conn = await self._conn()
-        target = PurePosixPath(path)
-        tmp = str(target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp"))
-        async with conn.start_sftp_client() as sftp:
-            await sftp.makedirs(str(target.parent), exist_ok=True)
-            await sftp.put(local, tmp)
-            await sftp.chmod(tmp, mode)
-            await sftp.posix_rename(tmp, path)
 
     def put_file(self, local: Path, path: str, mode: int = 0o644) -> None:
-        """Stream a local file (a model shard may not fit in memory) to `path`, atomically."""
-        try:
-            self._call(self._put_file(str(local), path, mode))
-        except asyncssh.SFTPError as exc:
-            raise SshError(f"{self.name}: cannot write {path}: {exc.reason}") from None
+        """Stream the contents of the local regular file `local` (never a link: a model
+        shard may not fit in memory) to `path`, atomically like `put`."""
+        fd = open_source(local)
+        with open(fd, "rb") as src:
+
+            async def fill(f: asyncssh.SFTPClientFile) -> None:
+                offset = 0
+                # 16 MiB per write: asyncssh splits it into parallel requests
+                while chunk := src.read(16 << 20):
+                    await f.write(chunk, offset)
+                    offset += len(chunk)
+
+            try:
+                self._call(self._put_with(path, mode, fill))
+            except asyncssh.SFTPError as exc:
+                raise SshError(f"{self.name}: cannot write {path}: {exc.reason}") from None
 
     async def _get(self, path: str) -> bytes:
         conn = await self._conn()
