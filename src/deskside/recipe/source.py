@@ -5,11 +5,11 @@ YAML indicators.
 A recipe is a page of YAML (the flagship is about 10 KiB, 200 lines and 200 indicators).
 The YAML parser is pure Python and spends about 0.1 ms per token, so a hostile file is
 refused before it is parsed: by kind (a FIFO, a device such as /dev/zero, a folder; a
-symbolic link is followed and its target checked), by size (from `fstat`, before reading a byte), then by its lines, their
-length, its YAML indicators (`-`, `:`, `,`, `[`, `{`, anchors, aliases, tags) and the
-brackets open at once, which bound the work of the parser. Aliases that expand to many
-values ("billion laughs") and deep block nesting are refused later, while the YAML tree is
-turned into data (`deskside.recipe.yaml_tree`).
+symbolic link is followed and its target checked), by size (from `fstat`, before reading a
+byte), then by its lines, their length, its YAML indicators (`-`, `:`, `,`, `[`, `{`,
+anchors, aliases, tags) and the brackets open at once, which bound the work of the parser.
+Aliases that expand to many values ("billion laughs") and deep block nesting are refused
+later, while the YAML tree is turned into data (`deskside.recipe.yaml_tree`).
 
 Every refusal is a located `RecipeError` (exit code 2) that says what to do.
 """
@@ -79,10 +79,7 @@ def read_recipe_bytes(path: str | os.PathLike[str]) -> bytes:
         raise _refuse(
             shown, f"cannot read the recipe: {reason}", "check the path; recipes are YAML files"
         ) from None
-    if real != os.path.abspath(shown):
-        shown_kind = f"links to {real}, which is"
-    else:
-        shown_kind = "is"
+    shown_kind = f"links to {real}, which is" if real != os.path.abspath(shown) else "is"
     if stat.S_ISLNK(info.st_mode):
         raise _refuse(
             shown,
