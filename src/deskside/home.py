@@ -70,9 +70,10 @@ def resolve_recipe(arg: str | Path, *, make_model: bool = True) -> tuple[Recipe,
     were the file $DESKSIDE_HOME/NAME.yaml (its relative paths resolve there) and, unless
     `make_model` is false, its tiny model is made on first use. A file of the same name as
     an embedded recipe wins. Anything else is a UsageError (exit 2) that says where deskside
-    looked and what it knows."""
+    looked and what it knows. Whatever exists at `arg` (a link, a FIFO, a device) is read as
+    a recipe file, which refuses anything but a regular file of a recipe's size."""
     path = Path(arg)
-    if path.is_file():
+    if os.path.lexists(path) and not path.is_dir():
         return load_recipe(path), path
     name = str(arg)
     embedded = embedded_recipes()

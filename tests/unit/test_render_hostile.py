@@ -306,8 +306,8 @@ def test_no_secret_env_in_recipes(tmp_path: Path) -> None:
     data = hostile_recipe_data("models/tiny")
     data["engine"]["env"] = {"HF_TOKEN": "hf_abc"}
     path = write_hostile_recipe(tmp_path, data)
-    recipe, plan = load_and_plan(path)
-    with pytest.raises(UsageError, match="HF_TOKEN"):
+    with pytest.raises(UsageError, match="HF_TOKEN"):  # refused when the recipe loads
+        recipe, plan = load_and_plan(path)
         render(recipe, path, plan)
 
 

@@ -13,8 +13,13 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from deskside.hardware import PROFILES
+from deskside.recipe.credentials import env_secret_problems
 from deskside.recipe.problems import Problem, raise_problems
+from deskside.recipe.text import Text
 from deskside.recipe.values import (
+    MAX_GPUS_PER_NODE,
+    MAX_LIST,
+    MAX_NODES,
     MODEL_CONFIG,
     EnvName,
     HardwareName,
@@ -59,6 +64,7 @@ class NodeFabric(BaseModel):
     )
     hcas: list[HcaName] = Field(
         default_factory=list,
+        max_length=16,
         description="RDMA devices (from /sys/class/infiniband) NCCL may use, e.g. "
         "[rocep1s0f0, rocep1s0f1]. Becomes NCCL_IB_HCA. Required for transport 'roce'.",
     )
@@ -95,7 +101,9 @@ class Node(BaseModel):
         description="Hardware profile: the node's device memory and what vLLM runs on. One "
         "of: " + ", ".join(PROFILES) + "."
     )
-    gpus: int = Field(1, ge=1, description="Engine ranks (GPUs) on this node.")
+    gpus: int = Field(
+        1, ge=1, le=MAX_GPUS_PER_NODE, description="Engine ranks (GPUs) on this node."
+    )
     ssh: Ssh | None = Field(
         None, description="How to reach the node over SSH. None: the node is this machine."
     )
@@ -132,11 +140,17 @@ class Fabric(BaseModel):
     master_port: Port = Field(
         25000, description="TCP port of the torch.distributed rendezvous on the head node."
     )
-    nccl_env: dict[EnvName, str] = Field(
+    nccl_env: dict[EnvName, Text] = Field(
         default_factory=dict,
+        max_length=MAX_LIST,
         description="Extra NCCL_*/GLOO_* environment variables, added after the ones deskside "
         "derives from the transport. Values are strings (quote numbers).",
     )
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> Fabric:
+        raise_problems(env_secret_problems(self.nccl_env, ("nccl_env",)))
+        return self
 
 
 class Cluster(BaseModel):
@@ -145,7 +159,9 @@ class Cluster(BaseModel):
     model_config = MODEL_CONFIG
 
     nodes: list[Node] = Field(
-        min_length=1, description="The nodes, head first by convention; exactly one head."
+        min_length=1,
+        max_length=MAX_NODES,
+        description="The nodes, head first by convention; exactly one head.",
     )
     fabric: Fabric = Field(
         default_factory=Fabric, description="The fabric connecting the engine ranks."

@@ -27,13 +27,9 @@ from pathlib import Path
 from deskside.errors import Location, RecipeError
 from deskside.recipe.locate import validate_tree
 from deskside.recipe.problems import single_error
+from deskside.recipe.source import read_recipe_bytes
 from deskside.recipe.types import Recipe
-from deskside.recipe.yaml_tree import (
-    MAX_RECIPE_BYTES,
-    TOO_BIG_HINT,
-    RecipeText,
-    too_big_message,
-)
+from deskside.recipe.yaml_tree import RecipeText
 
 
 def resolve_path(recipe_path: str | Path, value: str) -> str:
@@ -46,28 +42,13 @@ def resolve_path(recipe_path: str | Path, value: str) -> str:
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Read, parse and validate the recipe file at `path`.
+    """Read, parse and validate the recipe file at `path`: a regular file, not a link, of
+    at most `deskside.recipe.source.MAX_RECIPE_BYTES`.
 
     Raises RecipeError (exit code 2) for anything wrong, located in the file.
     """
     shown = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise RecipeError(
-            f"{shown}: cannot read the recipe: {reason}",
-            hint="check the path; recipes live in recipes/*.yaml",
-            location=Location(shown),
-        ) from None
-    except Exception as exc:  # e.g. a path with a NUL byte
-        raise RecipeError(
-            f"{shown}: cannot read the recipe: {exc}",
-            hint="check the path",
-            location=Location(shown),
-        ) from None
-    if len(raw) > MAX_RECIPE_BYTES:
-        raise single_error(shown, 1, 1, None, too_big_message(len(raw)), TOO_BIG_HINT)
+    raw = read_recipe_bytes(path)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -11,7 +11,7 @@ user's file, `fallback_locs` say where to point instead.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from ipaddress import IPv4Address
 
 from deskside.hardware import PROFILES
@@ -188,6 +188,26 @@ def managed_flag_problems(extra_args: Sequence[str]) -> list[Problem]:
                 )
             )
     return problems
+
+
+CPU_KVCACHE_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+MAX_CPU_KVCACHE_GIB = 65_536
+
+
+def cpu_kvcache_space_problems(env: Mapping[str, str]) -> list[Problem]:
+    """VLLM_CPU_KVCACHE_SPACE, when set, is a whole number of GiB (vllm.envs reads it with
+    int(), so anything else stops the engine at start)."""
+    value = env.get(CPU_KVCACHE_SPACE)
+    if value is None or (value.isdigit() and int(value) <= MAX_CPU_KVCACHE_GIB):
+        return []
+    return [
+        Problem(
+            ("env", CPU_KVCACHE_SPACE),
+            f"{CPU_KVCACHE_SPACE} is {value!r}: vLLM reads a whole number of GiB, at most "
+            f"{MAX_CPU_KVCACHE_GIB}",
+            'write e.g. "4", or remove it and set engine.kv_cache_memory (e.g. 4GiB)',
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- recipe

@@ -10,17 +10,27 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from deskside.recipe.credentials import env_secret_problems, extra_arg_secret_problems
 from deskside.recipe.problems import raise_problems
 from deskside.recipe.rules import (
     alias_problems,
+    cpu_kvcache_space_problems,
     draft_model_problems,
     kv_cache_problems,
     managed_flag_problems,
     model_source_problems,
 )
+from deskside.recipe.text import BindHost, ServedName, Text
 from deskside.recipe.values import (
+    MAX_BATCHED_TOKENS,
+    MAX_LIST,
+    MAX_NODES,
+    MAX_NUM_SEQS,
+    MAX_RANKS,
+    MAX_SPECULATIVE_TOKENS,
     MODEL_CONFIG,
     AbsolutePath,
+    BlockSize,
     ByteSize,
     EnvName,
     MaxModelLen,
@@ -61,11 +71,12 @@ class Model(BaseModel):
         description="A config.json for offline planning (no download), relative to the "
         "recipe file.",
     )
-    served_name: NoSpace = Field(
+    served_name: ServedName = Field(
         description="Model name clients send (OpenAI 'model' field), e.g. deepseek-v4-flash."
     )
-    aliases: list[NoSpace] = Field(
+    aliases: list[ServedName] = Field(
         default_factory=list,
+        max_length=32,
         description="More names clients may use for the same model (vLLM --served-model-name "
         "takes them all; the proxy routes them).",
     )
@@ -99,7 +110,9 @@ class Speculative(BaseModel):
     method: SpeculativeMethod = Field(
         description="Proposer: mtp, dspark, eagle, eagle3, ngram, draft_model, ..."
     )
-    num_speculative_tokens: int = Field(ge=1, description="Draft tokens proposed per step.")
+    num_speculative_tokens: int = Field(
+        ge=1, le=MAX_SPECULATIVE_TOKENS, description="Draft tokens proposed per step."
+    )
     draft_sample_method: NoSpace | None = Field(
         None, description="How draft tokens are sampled, e.g. 'probabilistic' (DSpark)."
     )
@@ -108,6 +121,7 @@ class Speculative(BaseModel):
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
+        max_length=MAX_LIST,
         description="Further keys passed through to --speculative-config unchanged.",
     )
 
@@ -135,29 +149,35 @@ class Engine(BaseModel):
         "gpu", description="What vLLM runs on; must match the nodes' hardware profiles."
     )
     tensor_parallel_size: int = Field(
-        1, ge=1, description="Tensor-parallel ranks (vLLM --tensor-parallel-size)."
+        1, ge=1, le=MAX_RANKS, description="Tensor-parallel ranks (vLLM --tensor-parallel-size)."
     )
     pipeline_parallel_size: int = Field(
-        1, ge=1, description="Pipeline-parallel stages (vLLM --pipeline-parallel-size)."
+        1,
+        ge=1,
+        le=MAX_RANKS,
+        description="Pipeline-parallel stages (vLLM --pipeline-parallel-size).",
     )
     nnodes: int = Field(
-        1, ge=1, description="Number of nodes the engine spans; must equal the node count."
+        1,
+        ge=1,
+        le=MAX_NODES,
+        description="Number of nodes the engine spans; must equal the node count.",
     )
-    host: NoSpace | None = Field(
+    host: BindHost | None = Field(
         None,
-        description="Address the API server binds on the head (vLLM --host). None: the "
-        "head's address. A wildcard (0.0.0.0, ::) binds every address; deskside then reaches "
-        "the API at the head's address.",
+        description="Address the API server binds on the head (vLLM --host): an IPv4 "
+        "address or a hostname, without scheme, path or port. None: the head's address. A "
+        "wildcard (0.0.0.0, ::) binds every address; deskside then reaches the API at the "
+        "head's address.",
     )
     port: Port = Field(8000, description="Port of the OpenAI-compatible API on the head node.")
     kv_cache_dtype: Literal[
         "auto", "bfloat16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "nvfp4_ds_mla"
     ] = Field("auto", description="KV cache element type (vLLM --kv-cache-dtype).")
-    block_size: int | None = Field(
+    block_size: BlockSize | None = Field(
         None,
-        ge=1,
-        description="Tokens per KV cache block (vLLM --block-size). None: the attention "
-        "backend's default.",
+        description="Tokens per KV cache block (vLLM --block-size): 16, 32, 64, 128 or 256. "
+        "None: the attention backend's default.",
     )
     max_model_len: MaxModelLen = Field(
         "auto",
@@ -165,9 +185,14 @@ class Engine(BaseModel):
         "that fits, as planned by deskside.",
     )
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="Token budget of one scheduler step (prefill chunk size)."
+        None,
+        ge=1,
+        le=MAX_BATCHED_TOKENS,
+        description="Token budget of one scheduler step (prefill chunk size).",
     )
-    max_num_seqs: int | None = Field(None, ge=1, description="Most sequences decoded concurrently.")
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=MAX_NUM_SEQS, description="Most sequences decoded concurrently."
+    )
     gpu_memory_utilization: float | None = Field(
         None,
         gt=0,
@@ -196,13 +221,16 @@ class Engine(BaseModel):
     distributed_executor_backend: Literal["mp", "ray"] = Field(
         "mp", description="Multi-process ('mp', no Ray) or Ray executor."
     )
-    extra_args: list[str] = Field(
+    extra_args: list[Text] = Field(
         default_factory=list,
+        max_length=MAX_LIST,
         description="More `vllm serve` arguments, passed as given (e.g. --tool-call-parser "
-        "deepseek_v4). Flags deskside derives from other fields are refused here.",
+        "deepseek_v4). Flags deskside derives from other fields, and credentials (--api-key, "
+        "tokens), are refused here.",
     )
-    env: dict[EnvName, str] = Field(
+    env: dict[EnvName, Text] = Field(
         default_factory=dict,
+        max_length=MAX_LIST,
         description="Environment variables for every engine process. Values are strings: "
         'quote numbers ("0").',
     )
@@ -217,6 +245,9 @@ class Engine(BaseModel):
                     kv_cache_memory=self.kv_cache_memory,
                 ),
                 *managed_flag_problems(self.extra_args),
+                *extra_arg_secret_problems(self.extra_args),
+                *env_secret_problems(self.env, ("env",)),
+                *cpu_kvcache_space_problems(self.env),
             ]
         )
         return self

@@ -45,6 +45,7 @@ from deskside.recipe.serving import (
     Runtime,
     Speculative,
 )
+from deskside.recipe.text import Text
 from deskside.recipe.values import Slug
 
 
@@ -61,7 +62,7 @@ class Recipe(BaseModel):
 
     version: Literal[1] = Field(1, description="Recipe format version.")
     name: Slug = Field(description="Name of the deployment (a slug: lowercase, digits, '-').")
-    description: str = Field("", description="Free text describing the recipe.")
+    description: Text = Field("", description="Free text describing the recipe.")
     cluster: Cluster = Field(description="The nodes and the fabric between them.")
     model: Model = Field(description="The model to serve.")
     engine: Engine = Field(description="The vLLM engine settings.")

@@ -16,7 +16,8 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, WithJso
 
 from deskside.hardware import PROFILES
 from deskside.recipe.problems import did_you_mean, refuse
-from deskside.units import parse_bytes
+from deskside.recipe.text import AbsolutePath, NoSpace
+from deskside.units import TIB, parse_bytes
 
 # Every recipe model: unknown keys refused, frozen, and strict about types (YAML already types
 # its scalars, so `port: "8000"` is refused rather than quietly converted).
@@ -129,26 +130,52 @@ HcaName = Annotated[
     ),
 ]
 
-_ENV_NAME = "an environment variable name (letters, digits and '_', not starting with a digit)"
+_ENV_NAME = (
+    "an environment variable name (letters, digits and '_', not starting with a digit, at "
+    "most 128 characters)"
+)
 EnvName = Annotated[
-    str, AfterValidator(_matching(r"[A-Za-z_][A-Za-z0-9_]*", _ENV_NAME, "'NCCL_DEBUG'"))
-]
-
-NoSpace = Annotated[
-    str,
-    AfterValidator(
-        _matching(r"\S{1,256}", "a non-empty word without spaces", "'deepseek-v4-flash'")
-    ),
-]
-
-AbsolutePath = Annotated[
-    str,
-    AfterValidator(
-        _matching(r"/\S*", "an absolute path on the nodes (starting with '/')", "'/opt/deskside'")
-    ),
+    str, AfterValidator(_matching(r"[A-Za-z_][A-Za-z0-9_]{0,127}", _ENV_NAME, "'NCCL_DEBUG'"))
 ]
 
 Port = Annotated[int, Field(ge=1, le=65535)]
+
+# --------------------------------------------------------------------------- limits
+# vLLM checks only that these numbers are positive (ModelConfig.max_model_len ge=-1,
+# SchedulerConfig max_num_seqs / max_num_batched_tokens ge=1, ParallelConfig sizes ge=1,
+# SpeculativeConfig.num_speculative_tokens gt=0). The upper bounds are what any model or
+# machine deskside serves can hold, so a slip (an extra digit, 1e12) is refused at its key.
+MAX_MODEL_LEN = 2**24  # 16,777,216 tokens, beyond the longest context any model ships
+MAX_BATCHED_TOKENS = 2**24
+MAX_NUM_SEQS = 65_536
+MAX_SPECULATIVE_TOKENS = 32  # drafts past a few tokens are almost never accepted
+MAX_NODES = 64
+MAX_GPUS_PER_NODE = 16  # the most GPUs one machine carries (HGX/DGX-2 class)
+MAX_RANKS = MAX_NODES * MAX_GPUS_PER_NODE
+MAX_BYTES = 64 * TIB  # any memory or cache size
+MAX_LIST = 256  # items of a list or mapping a user writes (extra_args, env, aliases)
+
+# vLLM's CacheConfig typed block_size as Literal[1, 8, 16, 32, 64, 128, 256]; since then it
+# takes any int > 0, and each attention backend's get_supported_kernel_block_sizes asks for a
+# multiple of 16 (GPU kernels: FlashAttention, Triton, FlashInfer, FlexAttention) or of 32
+# (CPU attention; CpuPlatform.check_and_update_config forces 16 for MLA). The sizes of that
+# Literal every backend takes:
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+
+
+def _check_block_size(value: int) -> int:
+    if value in BLOCK_SIZES:
+        return value
+    sizes = ", ".join(str(size) for size in BLOCK_SIZES)
+    raise refuse(
+        f"block_size {value} is not one vLLM's attention backends take (one of {sizes})",
+        "write one of " + sizes + ", or remove block_size to keep the backend's default",
+    )
+
+
+BlockSize = Annotated[
+    int, AfterValidator(_check_block_size), WithJsonSchema({"enum": list(BLOCK_SIZES)})
+]
 
 _BYTES_PATTERN = r"^\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*([KkMmGgTtPp][Ii]?[Bb]?|[Bb])?\s*$"
 
@@ -172,17 +199,23 @@ def _to_bytes(value: object) -> object:
 def _byte_size_schema(minimum: int) -> dict[str, Any]:
     return {
         "anyOf": [
-            {"type": "integer", "minimum": minimum},
+            {"type": "integer", "minimum": minimum, "maximum": MAX_BYTES},
             {"type": "string", "pattern": _BYTES_PATTERN},
         ]
     }
 
 
 ByteSize = Annotated[
-    int, BeforeValidator(_to_bytes), Field(ge=0), WithJsonSchema(_byte_size_schema(0))
+    int,
+    BeforeValidator(_to_bytes),
+    Field(ge=0, le=MAX_BYTES),
+    WithJsonSchema(_byte_size_schema(0)),
 ]
 PositiveByteSize = Annotated[
-    int, BeforeValidator(_to_bytes), Field(ge=1), WithJsonSchema(_byte_size_schema(1))
+    int,
+    BeforeValidator(_to_bytes),
+    Field(ge=1, le=MAX_BYTES),
+    WithJsonSchema(_byte_size_schema(1)),
 ]
 
 
@@ -195,6 +228,11 @@ def _to_max_model_len(value: object) -> object:
                 f"must be at least 1 token, got {value}",
                 "write a context length in tokens (e.g. 204800) or 'auto'",
             )
+        if value > MAX_MODEL_LEN:
+            raise refuse(
+                f"{value} tokens is longer than any model's context (at most {MAX_MODEL_LEN})",
+                "write a context length in tokens (e.g. 204800) or 'auto'",
+            )
         return value
     raise refuse(
         "expected a whole number of tokens or 'auto'",
@@ -205,7 +243,14 @@ def _to_max_model_len(value: object) -> object:
 MaxModelLen = Annotated[
     int | Literal["auto"],
     BeforeValidator(_to_max_model_len),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]}),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_MODEL_LEN},
+                {"const": "auto"},
+            ]
+        }
+    ),
 ]
 
 
@@ -261,8 +306,21 @@ Revision = Annotated[str, AfterValidator(_check_revision)]
 _PROM_DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w|y))+")
 
 
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+MAX_SCRAPE_SECONDS = 86_400
+
+
 def _check_duration(value: str) -> str:
-    if _PROM_DURATION.fullmatch(value) and re.search(r"[1-9]", value):
+    if len(value) <= 32 and _PROM_DURATION.fullmatch(value) and re.search(r"[1-9]", value):
+        seconds = sum(
+            int(number) * _DURATION_UNITS[unit]
+            for number, unit in re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", value)
+        )
+        if seconds > MAX_SCRAPE_SECONDS:
+            raise refuse(
+                f"{value!r} is longer than a day",
+                "Prometheus scrapes every few seconds; write e.g. '15s' or '1m'",
+            )
         return value
     raise refuse(
         f"{value!r} is not a Prometheus duration",
@@ -273,10 +331,17 @@ def _check_duration(value: str) -> str:
 PromDuration = Annotated[str, AfterValidator(_check_duration)]
 
 
+_SHM_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
+
+
 def _check_shm(value: str) -> str:
-    if re.fullmatch(r"[0-9]+(?:\.[0-9]+)? ?[kKmMgGtTpP]?[iI]?[bB]?", value) and re.search(
-        r"[1-9]", value
-    ):
+    match = re.fullmatch(r"([0-9]{1,20}(?:\.[0-9]{1,20})?) ?([kKmMgGtTpP]?)[iI]?[bB]?", value)
+    if match and re.search(r"[1-9]", value):
+        if float(match.group(1)) * _SHM_UNITS[match.group(2).lower()] > MAX_BYTES:
+            raise refuse(
+                f"{value!r} is more memory than any machine has (at most 64 TiB)",
+                "write a size as Docker takes it, e.g. '64g' or '16384m'",
+            )
         return value
     raise refuse(
         f"{value!r} is not a shared-memory size",
@@ -302,9 +367,20 @@ SpeculativeMethod = Annotated[
 
 
 __all__ = [
+    "BLOCK_SIZES",
+    "MAX_BATCHED_TOKENS",
+    "MAX_BYTES",
+    "MAX_GPUS_PER_NODE",
+    "MAX_LIST",
+    "MAX_MODEL_LEN",
+    "MAX_NODES",
+    "MAX_NUM_SEQS",
+    "MAX_RANKS",
+    "MAX_SPECULATIVE_TOKENS",
     "MODEL_CONFIG",
     "REVISION_HINT",
     "AbsolutePath",
+    "BlockSize",
     "ByteSize",
     "EnvName",
     "HardwareName",

@@ -6,8 +6,9 @@ tree into plain data: dicts, lists, str, int, float, bool, None (stage 2), while
 positions is kept for every path. What recipes never need is refused, located: tags, sets,
 binary values, non-text keys, recursive aliases.
 
-Limits keep a hostile file cheap to refuse: `MAX_RECIPE_BYTES` of text, `MAX_VALUES` values
-after expanding aliases (the "billion laughs"), `MAX_DEPTH` levels of nesting.
+Limits keep a hostile file cheap to refuse: the size, lines and YAML indicators of the text
+(`deskside.recipe.source`, checked before parsing), `MAX_VALUES` values after expanding
+aliases (the "billion laughs"), `MAX_DEPTH` levels of nesting.
 """
 
 from __future__ import annotations
@@ -28,26 +29,23 @@ from ruamel.yaml.reader import ReaderError
 
 from deskside.errors import RecipeError
 from deskside.recipe.problems import Found, LocPath, combine_errors, format_field
+from deskside.recipe.source import (
+    MAX_RECIPE_BYTES,
+    TOO_BIG_HINT,
+    text_bound_problem,
+    too_big_message,
+)
 from deskside.recipe.wording import describe_value
-from deskside.units import MIB
 
-MAX_RECIPE_BYTES = MIB  # a recipe is a page of text; refuse anything absurd
 MAX_VALUES = 20_000  # values after expanding YAML aliases ("billion laughs" guard)
 MAX_DEPTH = 32  # nesting depth of the recipe data
 
 _STANDARD_TAG = "tag:yaml.org,2002:"
 
-TOO_BIG_HINT = "a recipe is a page of YAML; check that this is the right file"
-
 _SYNTAX_HINT = (
     "check the indentation (spaces, aligned under the parent key) and the quoting on this "
     "line and the one before"
 )
-
-
-def too_big_message(size: int) -> str:
-    """The problem of a recipe of `size` bytes, over MAX_RECIPE_BYTES."""
-    return f"the recipe is too large ({size} bytes; at most {MAX_RECIPE_BYTES})"
 
 
 @dataclass
@@ -104,8 +102,9 @@ class RecipeText:
         """The plain data and positions of the recipe; RecipeError when the YAML is wrong."""
         if not isinstance(self.text, str):
             raise self.error(0, 0, "the recipe must be text", "pass the file's text")
-        if len(self.text) > MAX_RECIPE_BYTES:
-            raise self.error(0, 0, too_big_message(len(self.text)), TOO_BIG_HINT)
+        bound = text_bound_problem(self.text)
+        if bound is not None:
+            raise self.error(bound[0], 0, bound[1], TOO_BIG_HINT)
         document = self._parse()
         if document is None:
             raise self.error(
