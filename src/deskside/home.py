@@ -12,6 +12,7 @@ recipe's relative paths resolve against $DESKSIDE_HOME, and the tiny model it se
 from __future__ import annotations
 
 import difflib
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path

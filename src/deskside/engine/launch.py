@@ -24,9 +24,8 @@ from deskside.engine.cpu import launch_argv
 from deskside.fabric.nccl import fabric_envs
 from deskside.layout import ENGINE_ENV_FILE, NodeLayout, model_here, model_on_nodes
 from deskside.planner.plan import Plan
+from deskside.recipe.text import WILDCARD_HOSTS
 from deskside.recipe.types import Node, Recipe
-
-WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]")
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from pathlib import Path
 
 # a module import: deskside.lock imports deskside.render.bundle, so either may load first
 from deskside import lock as lockfile
-from deskside.engine.launch import WILDCARD_HOSTS
 from deskside.fabric.nccl import fabric_envs
 from deskside.planner.plan import Plan
+from deskside.recipe.text import WILDCARD_HOSTS
 from deskside.recipe.types import Recipe
 from deskside.render import compose, grafana, prometheus, proxy, scripts, systemd
 from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
@@ -75,8 +75,9 @@ def _notes(ctx: RenderContext) -> list[str]:
     if recipe.proxy.enabled and recipe.engine.host in WILDCARD_HOSTS:
         notes.append(
             f"engine.host is {recipe.engine.host}: the engine's API answers on every address "
-            "of the head, around the proxy and its master key; leave engine.host unset so it "
-            f"binds {recipe.head.address} only"
+            "of the head; it takes /v1 requests only with its own key, but vLLM leaves "
+            "/health, /metrics, /tokenize and /invocations open; leave engine.host unset so "
+            f"it binds {recipe.head.address} only"
         )
     if not ctx.plan.fits:
         notes.append("the plan does not fit: vLLM would refuse to start (see `deskside plan`)")

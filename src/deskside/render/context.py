@@ -15,6 +15,7 @@ from deskside.engine.launch import NodeLaunch, Site, launches, node_ip
 from deskside.errors import UsageError
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
+from deskside.recipe.credentials import secret_env_name
 from deskside.recipe.types import Node, Recipe
 from deskside.render.bundle import CLUSTER_DIR
 
@@ -26,7 +27,6 @@ LAUNCH_IN_CONTAINER = "/deskside/launch.sh"
 
 # Environment names that carry credentials. They never go into a rendered file (the
 # bundle is hashed into the lock and often committed); keep tokens in files on the nodes.
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "ACCESS_KEY", "MASTER_KEY")
 
 
 def printable_name(name: str) -> str:
@@ -36,7 +36,7 @@ def printable_name(name: str) -> str:
 
 def secret_env_names(recipe: Recipe) -> list[str]:
     names = [*recipe.engine.env, *recipe.cluster.fabric.nccl_env]
-    return sorted({n for n in names if any(w in n.upper() for w in _SECRET_WORDS)})
+    return sorted({n for n in names if secret_env_name(n)})
 
 
 @dataclass(frozen=True)
