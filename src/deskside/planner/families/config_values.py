@@ -142,7 +142,9 @@ def number(
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigValueError(name, f"is {_kind(value)}; expected a number")
     if not (math.isfinite(value) and lo < value <= hi):
-        raise ConfigValueError(name, f"is {show(value)}; expected more than {show(lo)}, at most {show(hi)}")
+        raise ConfigValueError(
+            name, f"is {show(value)}; expected more than {show(lo)}, at most {show(hi)}"
+        )
     return float(value)
 
 
@@ -212,3 +214,25 @@ def entry_in(key: str, index: int, value: object, allowed: Sequence[object]) -> 
         choices = ", ".join(show(a) for a in allowed)
         raise ConfigValueError(name, f"is {show(value)}; expected one of {choices}")
     return value
+
+
+def divisible(key: str, value: int, by_key: str, by: int) -> None:
+    """`value` (of `key`) must be a multiple of `by` (of `by_key`)."""
+    if by < 1 or value % by:
+        raise ConfigValueError(
+            key,
+            f"is {value}, not a multiple of {by_key} ({by})",
+            hint=f"{key} must divide evenly by {by_key}; check both values",
+        )
+
+
+def positive_quotient(key: str, value: int, by_key: str, by: int) -> int:
+    """value // by, which must be at least 1 (e.g. hidden_size // num_attention_heads)."""
+    quotient = value // by if by >= 1 else 0
+    if quotient < 1:
+        raise ConfigValueError(
+            key,
+            f"is {value}, smaller than {by_key} ({by}): the head size would be 0",
+            hint="set head_dim, or check hidden_size and num_attention_heads",
+        )
+    return quotient

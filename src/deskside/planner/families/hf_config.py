@@ -24,6 +24,7 @@ from deskside.planner.families.config_values import (
     show,
     text,
 )
+from deskside.planner.types import DTYPE_BYTES
 
 # Keys of the outer config a multimodal wrapper's text config inherits when it lacks them.
 INHERITED_KEYS = ("architectures", "torch_dtype")
@@ -137,6 +138,12 @@ def checkpoint_dtype(cfg: Mapping[str, Any]) -> str:
     """torch_dtype (or dtype): the checkpoint's dtype name, bfloat16 when unset."""
     for key in ("torch_dtype", "dtype"):
         if value := text(cfg, key, name=True):
+            if value not in DTYPE_BYTES:
+                raise ConfigValueError(
+                    key,
+                    f"is {show(value)}; expected one of {', '.join(DTYPE_BYTES)}",
+                    hint="the checkpoint's weight dtype, as transformers writes it",
+                )
             return str(value)
     return "bfloat16"
 
