@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import stat
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +20,6 @@ from deskside.errors import Location, ModelConfigError
 from deskside.planner.bounds import MAX_CONFIG_BYTES, MAX_JSON_DEPTH
 from deskside.planner.families.config_values import ConfigValueError
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _FIX = "point --model-dir (or the recipe's model) at a model folder with a valid config.json"
 
 
@@ -75,11 +71,20 @@ def read_bytes(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
     return data
 
 
-def json_depth(text: str) -> int:
-    """How deep objects and lists nest in a JSON text (strings skipped)."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    steps = (1 if c in "[{" else -1 for c in brackets)
-    return max(accumulate(steps, initial=0))
+def json_depth(value: object, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep objects and lists nest in a parsed JSON value (1 for a flat object),
+    counted without recursion; stops counting past `limit`."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _finite(text: str) -> float:
@@ -99,12 +104,6 @@ def parse_config(data: bytes, path: Path) -> dict[str, Any]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ModelConfigError(f"{path}: is not UTF-8 text (byte {exc.start})", hint=_FIX) from None
-    depth = json_depth(text)
-    if depth > MAX_JSON_DEPTH:
-        raise ModelConfigError(
-            f"{path}: nests objects and lists {depth} deep; at most {MAX_JSON_DEPTH}",
-            hint="this is not a model config; " + _FIX,
-        )
     try:
         parsed = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
@@ -112,7 +111,9 @@ def parse_config(data: bytes, path: Path) -> dict[str, Any]:
             f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})",
             hint="fix the JSON syntax at that place",
         ) from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise _too_deep(path, None) from None
+    except ValueError as exc:
         # _finite, _no_constant, and Python's limit on the digits of an integer
         raise ModelConfigError(
             f"{path}: not valid JSON ({str(exc)[:120]})",
@@ -120,7 +121,17 @@ def parse_config(data: bytes, path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(parsed, dict):
         raise ModelConfigError(f"{path}: config.json must be a JSON object", hint=_FIX)
+    if (depth := json_depth(parsed)) > MAX_JSON_DEPTH:
+        raise _too_deep(path, depth)
     return parsed
+
+
+def _too_deep(path: Path, depth: int | None) -> ModelConfigError:
+    deep = f"{depth} deep" if depth is not None else "too deep to read"
+    return ModelConfigError(
+        f"{path}: nests objects and lists {deep}; a config.json nests at most {MAX_JSON_DEPTH}",
+        hint="this is not a model config; " + _FIX,
+    )
 
 
 def read_config_json(path: Path) -> dict[str, Any]:

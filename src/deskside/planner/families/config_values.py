@@ -45,8 +45,10 @@ def show(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        text = str(abs(value)) if abs(value) < 10**40 else f"a {len(str(abs(value)))}-digit number"
-        return f"-{text}" if value < 0 and text[0].isdigit() else text
+        if abs(value) < 10**40:
+            return str(value)
+        digits = len(str(abs(value)))
+        return f"a {'negative ' if value < 0 else ''}{digits}-digit number"
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"
