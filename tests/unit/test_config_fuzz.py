@@ -257,7 +257,7 @@ def model_types() -> list[tuple[str, str]]:
 def examples_per_type(family: str, per_family: int) -> int:
     """`per_family` examples spread over the family's model types (at least 20 each)."""
     types = sum(1 for f, _ in model_types() if f == family)
-    return max(per_family // types, 20)
+    return max(-(-per_family // types), 20)
 
 
 def test_every_seed_plans() -> None:
