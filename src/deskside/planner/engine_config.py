@@ -10,6 +10,7 @@ setting the user asked for ends up without effect, deskside.planner.inert says s
 from __future__ import annotations
 
 from deskside.errors import UsageError
+from deskside.planner.bounds import MAX_PIPELINE_PARALLEL, MAX_TENSOR_PARALLEL
 from deskside.planner.types import EngineDefaults, EngineRequest, EngineSettings, ModelArch
 from deskside.units import GIB
 
@@ -79,6 +80,18 @@ def resolve(arch: ModelArch, req: EngineRequest, defaults: EngineDefaults) -> En
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
     if tp < 1 or pp < 1:
         raise UsageError("tensor and pipeline parallel sizes must be at least 1")
+    if tp > MAX_TENSOR_PARALLEL or pp > MAX_PIPELINE_PARALLEL:
+        raise UsageError(
+            f"tensor parallel size {tp} x pipeline parallel size {pp} is beyond what deskside "
+            f"plans (at most {MAX_TENSOR_PARALLEL} x {MAX_PIPELINE_PARALLEL})"
+        )
+    # ModelConfig.verify_with_parallel_config: attention heads split evenly over TP ranks
+    if arch.num_attention_heads % tp:
+        raise UsageError(
+            f"Total number of attention heads ({arch.num_attention_heads}) must be divisible "
+            f"by tensor parallel size ({tp}).",
+            hint="choose a tensor parallel size that divides the model's num_attention_heads",
+        )
     block_size = _block_size(defaults, req)
     kv_dtype = req.kv_cache_dtype
     if kv_dtype == "auto":

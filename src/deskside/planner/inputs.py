@@ -3,7 +3,6 @@ config.json. This is the edge around the pure planner: it reads files."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from deskside.errors import ModelConfigError, UsageError
 from deskside.hardware import PROFILES, HardwareProfile, get_profile
 from deskside.hostcpu import this_machine_amx
+from deskside.planner.config_file import located, read_config_json
 from deskside.planner.plan import Plan, PlanInput, plan
 from deskside.planner.registry import read_arch
 from deskside.planner.types import EngineRequest, ModelArch, Speculative
@@ -35,22 +35,6 @@ class Overrides:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     block_size: int | None = None
-
-
-def read_config_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ModelConfigError(f"{path}: no such file", hint="point at a model folder") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelConfigError(f"{path}: cannot read it ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(
-            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})"
-        ) from None
-    if not isinstance(data, dict):
-        raise ModelConfigError(f"{path}: config.json must be a JSON object")
-    return data
 
 
 def hf_cache_config(repo: str, revision: str | None) -> Path | None:
@@ -198,7 +182,7 @@ def _hardware(name: str | None, device: str) -> HardwareProfile:
 def plan_recipe(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -> Plan:
     o = o or Overrides()
     config, source = recipe_model_config(recipe, recipe_path)
-    arch = read_arch(config)
+    arch = arch_from_config(config, source)
     hw = _hardware(o.hardware or recipe.head.hardware, o.device or recipe.engine.device)
     notes: list[str] = []
     req = with_cpu_features(request_from_recipe(recipe, hw, o), hw, notes)
@@ -230,6 +214,14 @@ def plan_model_dir(model_dir: Path, o: Overrides) -> Plan:
     return result
 
 
+def arch_from_config(config: dict[str, Any], source: Path | str) -> ModelArch:
+    """ModelArch of a parsed config.json; an error names the file (`source`) and the key."""
+    try:
+        return read_arch(config)
+    except ModelConfigError as exc:
+        raise located(exc, source) from None
+
+
 def read_model_dir(model_dir: Path) -> ModelArch:
     path = model_dir / "config.json" if model_dir.is_dir() else model_dir
-    return read_arch(read_config_json(path))
+    return arch_from_config(read_config_json(path), path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal
 
 SpecType = Literal["full", "mla", "sliding", "sliding_mla", "circular"]
@@ -107,7 +108,12 @@ class KVGroup:
     def blocks_per_request(self, limits: Limits) -> int:
         """Blocks one max_model_len request takes from the shared pool for this group
         (UniformTypeKVCacheSpecs.max_memory_usage_pages, or cdiv(bytes, page))."""
-        return max(max_pages(s, limits) for s in self.specs)
+        return max(max_pages(s, limits) for s in self.distinct_specs)
+
+    @cached_property
+    def distinct_specs(self) -> tuple[KVSpec, ...]:
+        """The group's specs without repeats (a model's layers share a few specs)."""
+        return tuple(dict.fromkeys(self.specs))
 
     def bytes_in_block(self) -> int:
         """Bytes this group's layers occupy in one pool block."""
@@ -217,7 +223,9 @@ def _groups_packed(specs: dict[str, KVSpec]) -> list[KVGroup] | None:
     buckets: list[dict[str, KVSpec]] = []
     for name, spec in specs.items():
         for bucket in buckets:
-            if _is_uniform_type([*bucket.values(), spec]):
+            # A bucket is uniform, and _is_uniform_type compares every spec with the
+            # first: checking the first and the newcomer is the same test, in linear time.
+            if _is_uniform_type([next(iter(bucket.values())), spec]):
                 bucket[name] = spec
                 break
         else:

@@ -10,6 +10,7 @@ from typing import Any
 
 from deskside.errors import ModelConfigError
 from deskside.planner.families.base import Family
+from deskside.planner.families.config_values import text
 from deskside.planner.families.deepseek_v4 import DeepseekV4Family
 from deskside.planner.families.generic import GenericFamily
 from deskside.planner.families.hf_config import text_config
@@ -31,7 +32,7 @@ def family_for(cfg: Mapping[str, Any]) -> Family:
     """The family of a parsed config.json (its text config for multimodal wrappers)."""
     if not isinstance(cfg, Mapping):
         raise ModelConfigError("config.json is not a JSON object")
-    model_type = str(text_config(cfg).get("model_type", ""))
+    model_type = str(text(text_config(cfg), "model_type", "", name=True))
     family = _BY_MODEL_TYPE.get(model_type)
     if family is None:
         raise ModelConfigError(

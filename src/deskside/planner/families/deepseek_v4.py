@@ -7,14 +7,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from deskside.errors import ModelConfigError
+from deskside.planner.bounds import (
+    MAX_DRAFT_LAYERS,
+    MAX_EXPERTS,
+    MAX_GROUPS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_INTERMEDIATE,
+    MAX_POSITIONS,
+    MAX_RANK,
+    MAX_SHARED_EXPERTS,
+)
+from deskside.planner.families.config_values import (
+    ConfigValueError,
+    entry_in,
+    flag,
+    integer,
+    items,
+    mapping,
+    text,
+)
 from deskside.planner.families.deepseek_v4_cache import (
     num_draft_layers,
     v4_accounting,
     v4_layer_specs,
 )
 from deskside.planner.families.deepseek_v4_non_kv import v4_non_kv
-from deskside.planner.families.hf_config import common_fields, get_int
+from deskside.planner.families.hf_config import common_fields
 from deskside.planner.kv import Accounting, KVSpec
 from deskside.planner.types import (
     AttentionLayer,
@@ -27,27 +46,33 @@ from deskside.planner.types import (
 )
 
 DEFAULT_DSPARK_LAYERS = 3  # DSparkDeepseekV4Model: n_mtp_layers or 3
+COMPRESS_RATIOS = (0, 4, 128)
 
 
 def read_deepseek_v4(cfg: Mapping[str, Any]) -> ModelArch:
     c = common_fields(cfg)
     hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
-    head_dim = get_int(cfg, "head_dim")
-    window = get_int(cfg, "sliding_window")
-    ratios_raw = cfg.get("compress_ratios")
-    if not isinstance(ratios_raw, list) or len(ratios_raw) < n_layers:
-        raise ModelConfigError(
-            "DeepSeek-V4 config needs compress_ratios for every layer",
-            hint=f"expected a list of at least num_hidden_layers ({n_layers}) entries",
+    head_dim = integer(cfg, "head_dim", 1, MAX_HEAD_DIM)
+    window = integer(cfg, "sliding_window", 1, MAX_POSITIONS)
+    ratios_raw = items(cfg, "compress_ratios", n_layers, "one per layer: num_hidden_layers")
+    if ratios_raw is None:
+        raise ConfigValueError(
+            "compress_ratios",
+            "is missing",
+            hint=f"DeepSeek-V4 needs a list of at least num_hidden_layers ({n_layers}) entries",
         )
-    ratios = [int(r) for r in ratios_raw[:n_layers]]
-    index_head_dim = get_int(cfg, "index_head_dim")
-    index_heads = get_int(cfg, "index_n_heads")
-    q_lora = get_int(cfg, "q_lora_rank")
-    o_lora = get_int(cfg, "o_lora_rank")
-    o_groups = int(cfg.get("o_groups") or 8)
-    n_mtp = int(cfg.get("num_nextn_predict_layers") or 0)
-    n_dspark = int(cfg.get("n_mtp_layers") or DEFAULT_DSPARK_LAYERS)
+    # DeepseekV4Attention: a layer compresses by 4 (with an indexer), by 128, or not (0)
+    ratios = [
+        int(entry_in("compress_ratios", i, r, COMPRESS_RATIOS))
+        for i, r in enumerate(ratios_raw[:n_layers])
+    ]
+    index_head_dim = integer(cfg, "index_head_dim", 1, MAX_HEAD_DIM)
+    index_heads = integer(cfg, "index_n_heads", 1, MAX_HEADS)
+    q_lora = integer(cfg, "q_lora_rank", 1, MAX_RANK)
+    o_lora = integer(cfg, "o_lora_rank", 1, MAX_RANK)
+    o_groups = integer(cfg, "o_groups", 0, MAX_GROUPS, 0) or 8
+    n_mtp = integer(cfg, "num_nextn_predict_layers", 0, MAX_DRAFT_LAYERS, 0)
+    n_dspark = integer(cfg, "n_mtp_layers", 0, MAX_DRAFT_LAYERS, 0) or DEFAULT_DSPARK_LAYERS
 
     layers = tuple(
         AttentionLayer(
@@ -93,18 +118,18 @@ def read_deepseek_v4(cfg: Mapping[str, Any]) -> ModelArch:
         + 2 * 2 * hidden * index_head_dim
     )
     attention = sum(attn_one + compressor.get(r, 0) + (indexer if r == 4 else 0) for r in ratios)
-    n_experts = get_int(cfg, "n_routed_experts")
-    n_shared = int(cfg.get("n_shared_experts") or 0)
-    topk = get_int(cfg, "num_experts_per_tok")
-    e_inter = get_int(cfg, "moe_intermediate_size")
+    n_experts = integer(cfg, "n_routed_experts", 1, MAX_EXPERTS)
+    n_shared = integer(cfg, "n_shared_experts", 0, MAX_SHARED_EXPERTS, 0)
+    topk = integer(cfg, "num_experts_per_tok", 1, n_experts, note="n_routed_experts")
+    e_inter = integer(cfg, "moe_intermediate_size", 1, MAX_INTERMEDIATE)
     expert_one = 3 * hidden * e_inter
-    hc = int(cfg.get("hc_mult") or 1)
+    hc = integer(cfg, "hc_mult", 0, MAX_GROUPS, 0) or 1
     embed = c["vocab_size"] * hidden
     draft_dense = attn_one + n_shared * expert_one + hidden * n_experts
     draft_dense += 2 * hidden * hidden + 4 * hidden
     params = ParamCounts(
         embedding=embed,
-        lm_head=0 if cfg.get("tie_word_embeddings") else embed,
+        lm_head=0 if flag(cfg, "tie_word_embeddings", False) else embed,
         attention=attention,
         dense_mlp=0,
         experts=n_layers * n_experts * expert_one,
@@ -115,9 +140,9 @@ def read_deepseek_v4(cfg: Mapping[str, Any]) -> ModelArch:
         draft_layer_experts=n_experts * expert_one,
     )
     active = params.total - params.experts + n_layers * topk * expert_one
-    expert_dtype = str(cfg.get("expert_dtype", "fp4")).lower()
+    expert_dtype = str(text(cfg, "expert_dtype", "fp4", name=True)).lower()
     fmt = "fp8+mxfp4" if expert_dtype in ("fp4", "mxfp4") else "fp8"
-    if not isinstance(cfg.get("quantization_config"), Mapping):
+    if mapping(cfg, "quantization_config") is None:
         fmt = "bf16"
     return ModelArch(
         family="deepseek_v4",

@@ -12,8 +12,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from deskside.planner.bounds import (
+    MAX_DRAFT_LAYERS,
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_INDEX,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_RANK,
+    MAX_SHARED_EXPERTS,
+)
+from deskside.planner.families.config_values import (
+    ConfigValueError,
+    divisible,
+    flag,
+    integer,
+    items,
+    positive_quotient,
+    text,
+)
 from deskside.planner.families.generic_cache import generic_layer_specs
-from deskside.planner.families.hf_config import common_fields, get, get_int, weights_format
+from deskside.planner.families.hf_config import common_fields, weights_format
 from deskside.planner.kv import Accounting, KVSpec, generic_accounting
 from deskside.planner.types import (
     AttentionLayer,
@@ -49,20 +70,23 @@ def layer_types(cfg: Mapping[str, Any], family: str, n_layers: int) -> list[str]
     (Gemma2Config/Gemma3Config/Qwen2Config/Qwen3Config.__post_init__), and as vLLM then
     applies it (EngineArgs.create_engine_config: the model-level window only when every
     layer slides or no layer_types exist)."""
-    given = cfg.get("layer_types")
-    if isinstance(given, list) and len(given) >= n_layers:
-        return [str(t) for t in given[:n_layers]]
+    given = items(cfg, "layer_types", 0, "one per layer")
+    if given is not None and len(given) >= n_layers:
+        return [
+            str(text({f"layer_types[{i}]": t}, f"layer_types[{i}]", "", name=True))
+            for i, t in enumerate(given[:n_layers])
+        ]
     window = cfg.get("sliding_window")
     if family == "gemma3":
-        pattern = int(get(cfg, "sliding_window_pattern", 6))
+        pattern = integer(cfg, "sliding_window_pattern", 1, MAX_LAYERS, 6)
         return [
             "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)
         ]
     if family == "gemma2":
         return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
     if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
-        use = bool(cfg.get("use_sliding_window", False)) and window is not None
-        first = int(get(cfg, "max_window_layers", n_layers))
+        use = flag(cfg, "use_sliding_window", False) and window is not None
+        first = integer(cfg, "max_window_layers", 0, MAX_INDEX, n_layers)
         return [
             "sliding_attention" if use and i >= first else "full_attention" for i in range(n_layers)
         ]
@@ -75,9 +99,19 @@ def read_gqa(cfg: Mapping[str, Any], family: str) -> ModelArch:
     """Grouped-query attention models: K and V per KV head, full or sliding per layer."""
     c = common_fields(cfg)
     hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
-    kv_heads = get_int(cfg, "num_key_value_heads", heads)
-    head_dim = int(get(cfg, "head_dim", hidden // heads))
-    window = cfg.get("sliding_window")
+    kv_heads = integer(cfg, "num_key_value_heads", 1, heads, heads, note="num_attention_heads")
+    # Attention.__init__: num_heads % num_kv_heads == 0 (each KV head serves a group)
+    divisible("num_attention_heads", heads, "num_key_value_heads", kv_heads)
+    head_dim = integer(cfg, "head_dim", 1, MAX_HEAD_DIM, None)
+    if head_dim is None:
+        head_dim = positive_quotient("hidden_size", hidden, "num_attention_heads", heads)
+        if head_dim > MAX_HEAD_DIM:
+            raise ConfigValueError(
+                "hidden_size",
+                f"/ num_attention_heads is {head_dim}; expected a head size of at most "
+                f"{MAX_HEAD_DIM} (or set head_dim)",
+            )
+    window = integer(cfg, "sliding_window", 0, MAX_POSITIONS, None) or None
     types = layer_types(cfg, family, n_layers)
     layers = tuple(
         AttentionLayer(
@@ -86,28 +120,28 @@ def read_gqa(cfg: Mapping[str, Any], family: str) -> ModelArch:
             num_kv_heads=kv_heads,
             head_size=head_dim,
             head_size_v=head_dim,
-            sliding_window=int(window) if t == "sliding_attention" and window else None,
+            sliding_window=window if t == "sliding_attention" and window else None,
         )
         for i, t in enumerate(types)
     )
-    inter = get_int(cfg, "intermediate_size", 4 * hidden)
+    inter = integer(cfg, "intermediate_size", 1, MAX_INTERMEDIATE, 4 * hidden)
     attn = n_layers * (hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2)
     moe: MoEShape | None = None
     experts = shared = router = 0
     dense_mlp = n_layers * 3 * hidden * inter
     active_experts = 0
-    n_experts = int(get(cfg, "num_experts", 0))
+    n_experts = integer(cfg, "num_experts", 0, MAX_EXPERTS, 0)
     if n_experts:
-        e_inter = get_int(cfg, "moe_intermediate_size", inter)
-        topk = get_int(cfg, "num_experts_per_tok", 1)
-        shared_inter = int(get(cfg, "shared_expert_intermediate_size", 0))
+        e_inter = integer(cfg, "moe_intermediate_size", 1, MAX_INTERMEDIATE, inter)
+        topk = integer(cfg, "num_experts_per_tok", 1, n_experts, 1, note="num_experts")
+        shared_inter = integer(cfg, "shared_expert_intermediate_size", 0, MAX_INTERMEDIATE, 0)
         moe = MoEShape(n_experts, 1 if shared_inter else 0, topk, e_inter, n_layers)
         experts = n_layers * n_experts * 3 * hidden * e_inter
         shared = n_layers * 3 * hidden * shared_inter
         router = n_layers * hidden * n_experts
         dense_mlp = 0
         active_experts = n_layers * topk * 3 * hidden * e_inter
-    tied = bool(cfg.get("tie_word_embeddings", family in ("gemma2", "gemma3")))
+    tied = flag(cfg, "tie_word_embeddings", family in ("gemma2", "gemma3"))
     embed = c["vocab_size"] * hidden
     params = ParamCounts(
         embedding=embed,
@@ -138,13 +172,15 @@ def read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
     num_nextn_predict_layers MTP layers follow the target layers."""
     c = common_fields(cfg)
     hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
-    kv_lora = get_int(cfg, "kv_lora_rank")
-    rope = get_int(cfg, "qk_rope_head_dim")
-    nope = get_int(cfg, "qk_nope_head_dim")
-    v_head = get_int(cfg, "v_head_dim")
-    q_lora = cfg.get("q_lora_rank")
-    index_head_dim = cfg.get("index_head_dim") if family == "deepseek_v32" else None
-    n_mtp = int(get(cfg, "num_nextn_predict_layers", 0))
+    kv_lora = integer(cfg, "kv_lora_rank", 1, MAX_RANK)
+    rope = integer(cfg, "qk_rope_head_dim", 1, MAX_HEAD_DIM)
+    nope = integer(cfg, "qk_nope_head_dim", 0, MAX_HEAD_DIM)
+    v_head = integer(cfg, "v_head_dim", 1, MAX_HEAD_DIM)
+    q_lora = integer(cfg, "q_lora_rank", 1, MAX_RANK, None)
+    index_head_dim = (
+        integer(cfg, "index_head_dim", 1, MAX_HEAD_DIM, None) if family == "deepseek_v32" else None
+    )
+    n_mtp = integer(cfg, "num_nextn_predict_layers", 0, MAX_DRAFT_LAYERS, 0)
 
     def mla_layer(i: int, draft: bool) -> AttentionLayer:
         return AttentionLayer(
@@ -153,7 +189,7 @@ def read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
             num_kv_heads=1,
             head_size=kv_lora + rope,
             head_size_v=0,
-            index_head_dim=int(index_head_dim) if index_head_dim else None,
+            index_head_dim=index_head_dim,
             is_draft=draft,
         )
 
@@ -161,7 +197,7 @@ def read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
         mla_layer(n_layers + j, True) for j in range(n_mtp)
     )
     q_params = (
-        hidden * int(q_lora) + int(q_lora) * heads * (nope + rope)
+        hidden * q_lora + q_lora * heads * (nope + rope)
         if q_lora
         else hidden * heads * (nope + rope)
     )
@@ -172,27 +208,31 @@ def read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
         + heads * v_head * hidden
     )
     if index_head_dim:
-        n_idx = int(get(cfg, "index_n_heads", 64))
-        attn_one += int(q_lora or hidden) * n_idx * int(index_head_dim)
-        attn_one += hidden * int(index_head_dim) + hidden * n_idx
-    inter = get_int(cfg, "intermediate_size")
-    n_experts = int(get(cfg, "n_routed_experts", 0))
-    first_dense = int(get(cfg, "first_k_dense_replace", 0 if n_experts else n_layers))
-    freq = int(get(cfg, "moe_layer_freq", 1))
+        n_idx = integer(cfg, "index_n_heads", 1, MAX_HEADS, 64)
+        attn_one += (q_lora or hidden) * n_idx * index_head_dim
+        attn_one += hidden * index_head_dim + hidden * n_idx
+    inter = integer(cfg, "intermediate_size", 1, MAX_INTERMEDIATE)
+    n_experts = integer(cfg, "n_routed_experts", 0, MAX_EXPERTS, 0)
+    first_dense = integer(cfg, "first_k_dense_replace", 0, MAX_INDEX, 0 if n_experts else n_layers)
+    freq = integer(cfg, "moe_layer_freq", 1, MAX_LAYERS, 1)
     moe_layers = (
         sum(1 for i in range(n_layers) if i >= first_dense and i % freq == 0) if n_experts else 0
     )
     dense_layers = n_layers - moe_layers
-    e_inter = int(get(cfg, "moe_intermediate_size", inter))
-    n_shared = int(get(cfg, "n_shared_experts", 0))
-    topk = int(get(cfg, "num_experts_per_tok", 0))
+    e_inter = integer(cfg, "moe_intermediate_size", 1, MAX_INTERMEDIATE, inter)
+    n_shared = integer(cfg, "n_shared_experts", 0, MAX_SHARED_EXPERTS, 0)
+    topk = (
+        integer(cfg, "num_experts_per_tok", 0, n_experts, 0, note="n_routed_experts")
+        if n_experts
+        else 0
+    )
     expert_one = 3 * hidden * e_inter
     experts = moe_layers * n_experts * expert_one
     shared = moe_layers * n_shared * expert_one
     router = moe_layers * hidden * n_experts
     moe = MoEShape(n_experts, n_shared, topk, e_inter, moe_layers) if n_experts else None
     embed = c["vocab_size"] * hidden
-    tied = bool(cfg.get("tie_word_embeddings", False))
+    tied = flag(cfg, "tie_word_embeddings", False)
     # One MTP layer: a full decoder layer (MoE) + eh_proj (2h -> h) + norms; it shares the
     # embeddings and the head with the target model.
     mtp_dense = attn_one + n_shared * expert_one + hidden * n_experts
@@ -205,7 +245,7 @@ def read_deepseek_mla(cfg: Mapping[str, Any], family: str) -> ModelArch:
         experts=experts,
         shared_experts=shared,
         router=router,
-        norms=(2 * n_layers + 1) * hidden + n_layers * (kv_lora + int(q_lora or 0)),
+        norms=(2 * n_layers + 1) * hidden + n_layers * (kv_lora + (q_lora or 0)),
         draft_layer=mtp_dense,
         draft_layer_experts=n_experts * expert_one,
     )
@@ -258,7 +298,7 @@ class GenericFamily:
     model_types: Mapping[str, str] = MODEL_TYPES
 
     def read(self, cfg: Mapping[str, Any]) -> ModelArch:
-        family = MODEL_TYPES[str(cfg.get("model_type", ""))]
+        family = MODEL_TYPES[str(text(cfg, "model_type", "", name=True))]
         if family in MLA_FAMILIES:
             return read_deepseek_mla(cfg, family)
         return read_gqa(cfg, family)
