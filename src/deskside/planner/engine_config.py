@@ -61,7 +61,16 @@ def _block_size(defaults: EngineDefaults, req: EngineRequest) -> int:
         if forced is not None:
             return forced
         return req.block_size or 128
-    return req.block_size if req.block_size is not None else defaults.gpu_block_size
+    if req.block_size is None:
+        return defaults.gpu_block_size
+    if defaults.gpu_block_sizes is not None and req.block_size not in defaults.gpu_block_sizes:
+        sizes = ", ".join(str(b) for b in defaults.gpu_block_sizes)
+        raise UsageError(
+            f"engine.block_size {req.block_size}: this model's attention backends run block "
+            f"size {sizes} only",
+            hint=f"set engine.block_size: {defaults.gpu_block_sizes[0]}, or leave it unset",
+        )
+    return req.block_size
 
 
 def _batch_defaults(req: EngineRequest, world_size: int) -> tuple[int, int]:

@@ -226,6 +226,7 @@ class EngineDefaults:
     cpu_block_size: int | None  # block size CPUs without AMX force (None: user's, or 128)
     cpu_amx_block_size: int | None  # block size x86 CPUs with AMX tiles force (likewise)
     cpu_mla: bool  # the MLA path: without AMX, chunked prefill and prefix caching go off
+    gpu_block_sizes: tuple[int, ...] | None = None  # the only sizes its GPU backends run
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,11 @@ class DeepseekV4Family:
         # keep chunked prefill and prefix caching (without AMX they go off, as for any MLA
         # model on CPU).
         return EngineDefaults(
-            gpu_block_size=256, cpu_block_size=256, cpu_amx_block_size=256, cpu_mla=True
+            gpu_block_size=256,
+            cpu_block_size=256,
+            cpu_amx_block_size=256,
+            cpu_mla=True,
+            gpu_block_sizes=(256,),
         )
 
     def layer_specs(self, arch: ModelArch, settings: EngineSettings) -> dict[str, KVSpec]:
