@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +92,16 @@ def test_cases_are_well_formed() -> None:
         assert case["contains"].strip(), key
 
 
-@pytest.mark.parametrize(
-    ("folder", "case"), cases(), ids=[f"{f.name}/{c['name']}" for f, c in cases()]
-)
-def test_hostile(folder: Path, case: dict[str, Any], tmp_path: Path) -> None:
-    root = tmp_path / folder.name
+@dataclass
+class Ran:
+    output: str = ""
+    returncode: int | None = None  # None: no answer within TIME_LIMIT * 3
+    seconds: float = 0.0
+
+
+def run_case(folder: Path, case: dict[str, Any], base: Path) -> Ran:
+    """Copy the case's folder under `base`, make what git cannot hold, run deskside."""
+    root = base / folder.name
     shutil.copytree(folder, root, symlinks=True)
     for rel in case.get("fill", []):
         path = root / rel
@@ -102,7 +109,7 @@ def test_hostile(folder: Path, case: dict[str, Any], tmp_path: Path) -> None:
     for spec in case.get("make", []):
         make(root, spec)
     args = [a.replace("{here}", str(root)) for a in case["args"]]
-    home = root / case["home"] if "home" in case else tmp_path / "home"
+    home = root / case["home"] if "home" in case else base / "home"
     env = {**os.environ, "DESKSIDE_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("DESKSIDE_DEBUG", None)
     t0 = time.monotonic()
@@ -118,10 +125,38 @@ def test_hostile(folder: Path, case: dict[str, Any], tmp_path: Path) -> None:
             timeout=TIME_LIMIT * 3,
         )
     except subprocess.TimeoutExpired:
+        return Ran(seconds=time.monotonic() - t0)
+    return Ran(done.stdout + done.stderr, done.returncode, time.monotonic() - t0)
+
+
+def case_id(folder: Path, case: dict[str, Any]) -> str:
+    return f"{folder.name}/{case['name']}"
+
+
+@pytest.fixture(scope="session")
+def ran(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    """Every selected case, run once per session, one process per core at a time (each
+    case is one process, so its time is its own)."""
+    selected = [
+        (item.callspec.params["folder"], item.callspec.params["case"])
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_hostile"
+    ]
+    bases = {case_id(f, c): tmp_path_factory.mktemp("hostile") for f, c in selected}
+    with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
+        futures = {
+            case_id(f, c): pool.submit(run_case, f, c, bases[case_id(f, c)]) for f, c in selected
+        }
+        return {key: future.result() for key, future in futures.items()}
+
+
+@pytest.mark.parametrize(("folder", "case"), cases(), ids=[case_id(f, c) for f, c in cases()])
+def test_hostile(folder: Path, case: dict[str, Any], ran: dict[str, Ran]) -> None:
+    result = ran[case_id(folder, case)]
+    if result.returncode is None:
         pytest.fail(f"no answer within {TIME_LIMIT * 3:.0f} s")
-    seconds = time.monotonic() - t0
-    output = done.stdout + done.stderr
+    output = result.output
     assert "Traceback" not in output, output[-2000:]
-    assert done.returncode == case["exit"], output[-2000:]
+    assert result.returncode == case["exit"], output[-2000:]
     assert case["contains"].lower() in output.lower(), output[-2000:]
-    assert seconds < TIME_LIMIT, f"{seconds:.1f} s"
+    assert result.seconds < TIME_LIMIT, f"{result.seconds:.1f} s"
