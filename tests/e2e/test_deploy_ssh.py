@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import httpx
 import pytest
 
 from .. import procs
+from ..cli_process import deskside as run_deskside
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from ..sshd_hosts import SshHosts, can_run, ssh_hosts
 
@@ -42,15 +42,7 @@ BAD_FLAG = "--deskside-e2e-no-such-flag"
 
 
 def deskside(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DESKSIDE_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "deskside.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=timeout,
-    )
+    return run_deskside(*args, home=home, timeout=timeout)
 
 
 @dataclass

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from .. import procs
+from ..cli_process import deskside as run_deskside
 
 pytestmark = pytest.mark.e2e
 
@@ -25,15 +25,7 @@ ROOT = Path(__file__).parents[2]
 
 
 def deskside(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DESKSIDE_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "deskside.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=timeout,
-    )
+    return run_deskside(*args, home=home, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from ..cli_process import deskside
 
 pytestmark = pytest.mark.integration
 
@@ -138,16 +139,6 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
         left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert not any(name in left for name in ns), left
-
-
-def deskside(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deskside.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=timeout,
-    )
 
 
 def netns_flags(h: Hosts) -> list[str]:

@@ -1,8 +1,9 @@
 """The rendered LiteLLM proxy, run for real (litellm[proxy] 1.108.5 from its own venv,
 `.venv-proxy`, made by scripts/bootstrap): it starts from the rendered `run-proxy.sh` with
 the key read from its 0600 file, routes the served name and every alias to the head's
-OpenAI-compatible server (here deskside's synthetic server), and refuses a request without
-the master key."""
+OpenAI-compatible server (here deskside's synthetic server, which like vLLM requires the
+engine's own key on /v1), sends that key from the head's engine.env, and refuses a request
+without the master key."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deskside.bench.synthetic import ThreadedServer, start_in_thread
+from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.load import load_recipe
 from deskside.render.assemble import render
@@ -35,9 +36,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+ENGINE_KEY = "sk-engine-" + os.urandom(8).hex()
+
+
 @pytest.fixture
 def upstream() -> Iterator[ThreadedServer]:
-    server = start_in_thread()
+    # the engine behind the proxy takes /v1 requests only with its own key, as vLLM does
+    server = start_in_thread(Behaviour(api_key=ENGINE_KEY))
     try:
         yield server
     finally:
@@ -81,6 +86,9 @@ def test_rendered_proxy_routes_every_alias(tmp_path: Path, upstream: ThreadedSer
     key_file.parent.mkdir(parents=True)
     key_file.write_text(key)
     key_file.chmod(0o600)
+    engine_env = key_file.parent / "engine.env"
+    engine_env.write_text(f"VLLM_API_KEY={ENGINE_KEY}\n")
+    engine_env.chmod(0o600)
     env = {**os.environ, "PATH": f"{PROXY_BIN}:{os.environ['PATH']}"}
     log = (tmp_path / "proxy.log").open("wb")
     proc = subprocess.Popen(
@@ -122,14 +130,18 @@ def test_rendered_proxy_routes_every_alias(tmp_path: Path, upstream: ThreadedSer
                                 text += choice.get("delta", {}).get("content") or ""
                 assert text, f"no content streamed through the proxy for {name!r}"
             forwarded = len(upstream.server.sent)
-            assert forwarded == len(recipe.model.all_names)
+            assert forwarded == len(recipe.model.all_names)  # each with the engine's key
+            # the engine itself refuses a request without its key (the proxy is the door)
+            engine = f"http://127.0.0.1:{upstream.port}/v1/chat/completions"
+            assert client.post(engine, json=body).status_code == 401
             # without the key the proxy refuses (LiteLLM 1.108.5 answers 500 from its auth
             # handler without a database, 401 with one) and forwards nothing
             denied = client.post(f"{url}/v1/chat/completions", json=body)
             assert denied.status_code in (401, 403, 500)
             assert len(upstream.server.sent) == forwarded
-        # the key is in no rendered file
+        # neither key is in a rendered file
         assert all(key.encode() not in bundle[p] for p in bundle)
+        assert all(ENGINE_KEY.encode() not in bundle[p] for p in bundle)
     finally:
         os.killpg(proc.pid, 15)
         try:

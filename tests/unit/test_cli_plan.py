@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from deskside.tiny import write_tiny_model
+
+from ..cli_process import deskside
 
 ROOT = Path(__file__).parents[2]
 REQUIRED = {
@@ -22,12 +22,6 @@ REQUIRED = {
     "weights_bytes",
     "warnings",
 }
-
-
-def deskside(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deskside.cli", *args], capture_output=True, text=True, cwd=ROOT
-    )
 
 
 def test_model_dir_json_has_per_rank_keys(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,8 @@ from deskside.recipe.load import load_recipe, load_recipe_text
 from deskside.recipe.types import Recipe
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
+
+from ..cli_process import deskside
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs"
@@ -303,16 +304,6 @@ def test_report_json_shape() -> None:
 
 
 # --------------------------------------------------------------------------- CLI
-
-
-def deskside(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deskside.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize(

@@ -14,19 +14,13 @@ import pytest
 
 from deskside.runtime.records import run_lock
 
+from ..cli_process import deskside as run_deskside
+
 ROOT = Path(__file__).parents[2]
 
 
 def deskside(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DESKSIDE_HOME": str(home), "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "deskside.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
+    return run_deskside(*args, home=home, timeout=60)
 
 
 @pytest.mark.parametrize(

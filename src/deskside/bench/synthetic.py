@@ -63,6 +63,7 @@ class Behaviour:
     role_chunk_at_receipt: bool = True
     fail_every_n: int = 0  # every n-th streamed request answers HTTP 500 (0: never)
     tokenize: bool = True  # False: no /tokenize route (404), as on non-vLLM servers
+    api_key: str | None = None  # like vLLM's VLLM_API_KEY: /v1 answers 401 without it
 
 
 @dataclass
@@ -209,7 +210,9 @@ class SyntheticServer:
         headers: dict[str, str],
     ) -> bool:
         b = self.behaviour
-        if method == "GET" and path == "/metrics":
+        if b.api_key and path.startswith("/v1") and not self._authorized(headers):
+            self._json(writer, {"error": "Unauthorized"}, 401)
+        elif method == "GET" and path == "/metrics":
             self._respond(writer, 200, generate_latest(self.metrics.registry), "text/plain")
         elif method == "GET" and path == "/v1/models":
             card = {"id": b.model, "object": "model", "max_model_len": b.max_model_len}
@@ -231,6 +234,10 @@ class SyntheticServer:
             self._json(writer, {"error": {"message": f"no route {method} {path}"}}, 404)
         await writer.drain()
         return True
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and token == self.behaviour.api_key
 
     def count_prompt(self, request: dict[str, Any]) -> int:
         b = self.behaviour
