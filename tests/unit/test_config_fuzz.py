@@ -26,6 +26,7 @@ from deskside.planner.config_file import parse_config
 from deskside.planner.plan import Plan, PlanInput, plan
 from deskside.planner.registry import FAMILIES, read_arch
 from deskside.planner.types import EngineRequest, Speculative
+from deskside.tiny import TOKENIZER_VOCAB_TARGET, model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_SECONDS = 2.0
@@ -74,7 +75,8 @@ _GEMMA: dict[str, Any] = {
     "sliding_window_pattern": 6,
     "rope_scaling": {"rope_type": "linear", "factor": 8.0},
 }
-_DEEPSEEK_V3 = json.loads((ROOT / "recipes/models/tiny-deepseek-v3/config.json").read_text())
+# the tiny DeepSeek-V3 deskside generates (made on demand, not kept in git)
+_DEEPSEEK_V3 = model_config("deepseek-v3", TOKENIZER_VOCAB_TARGET)
 _DEEPSEEK_V4 = json.loads((ROOT / "recipes/dual-spark-deepseek-v4-flash/config.json").read_text())
 
 

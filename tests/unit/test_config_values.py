@@ -18,6 +18,7 @@ from deskside.planner.config_file import json_depth, read_config_json
 from deskside.planner.families.config_values import show
 from deskside.planner.inputs import Overrides, plan_model_dir, read_model_dir
 from deskside.planner.types import ModelArch
+from deskside.tiny import TOKENIZER_VOCAB_TARGET, model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA: dict[str, Any] = {
@@ -39,7 +40,8 @@ QWEN_MOE: dict[str, Any] = {
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 768,
 }
-DEEPSEEK_V3 = json.loads((ROOT / "recipes/models/tiny-deepseek-v3/config.json").read_text())
+# the tiny DeepSeek-V3 deskside generates (made on demand, not kept in git)
+DEEPSEEK_V3 = model_config("deepseek-v3", TOKENIZER_VOCAB_TARGET)
 DEEPSEEK_V4 = json.loads((ROOT / "recipes/dual-spark-deepseek-v4-flash/config.json").read_text())
 
 
