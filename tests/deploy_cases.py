@@ -63,3 +63,20 @@ def ensure_tiny_model(recipe_folder: Path) -> Path:
 
         write_tiny_model("deepseek-v3", folder)
     return folder
+
+
+def loopback_ssh_recipe(folder: Path, port: int) -> Path:
+    """A two-node `ssh:` recipe whose nodes are this machine's loopback addresses on `port`
+    (identity file `folder/id`, roots under `folder`), written to `folder`."""
+    data = ssh_recipe_data(
+        addresses=("127.0.0.1", "localhost"),
+        interfaces=("lo", "lo"),
+        identity_file=str(folder / "id"),
+        root=str(folder / "nodes"),
+        hf_cache=str(folder / "hf"),
+    )
+    data["cluster"]["nodes"][1]["fabric"]["address"] = "127.0.0.2"
+    for node in data["cluster"]["nodes"]:
+        node["ssh"]["port"] = port
+    ensure_tiny_model(folder)
+    return write_recipe(folder, data)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from deskside.cli.app import app
 from deskside.runtime.records import RunNode, RunRecord, load_run, save_run
 
-from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from ..deploy_cases import ensure_tiny_model, loopback_ssh_recipe
 
 runner = CliRunner()
 
@@ -34,19 +34,7 @@ def _closed_port() -> int:
 
 
 def _recipe(tmp_path: Path) -> Path:
-    data = ssh_recipe_data(
-        addresses=("127.0.0.1", "localhost"),
-        interfaces=("lo", "lo"),
-        identity_file=str(tmp_path / "id"),
-        root=str(tmp_path / "nodes"),
-        hf_cache=str(tmp_path / "hf"),
-    )
-    data["cluster"]["nodes"][1]["fabric"]["address"] = "127.0.0.2"
-    port = _closed_port()
-    for node in data["cluster"]["nodes"]:
-        node["ssh"]["port"] = port
-    ensure_tiny_model(tmp_path)
-    return write_recipe(tmp_path, data)
+    return loopback_ssh_recipe(tmp_path, _closed_port())
 
 
 def test_up_of_an_ssh_recipe_runs_the_deploy(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from deskside.cli.app import app
 from deskside.cli.common import fail, literal, shown
 from deskside.errors import DesksideError, Location
 
-from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from ..deploy_cases import ensure_tiny_model, loopback_ssh_recipe, ssh_recipe_data, write_recipe
 
 runner = CliRunner()
 HOSTILE = "[bold]x[/] :100: [link=http://e.example]l[/link] \x1b[31mred\x07 \u202eevil \\"
@@ -87,18 +87,7 @@ def test_ctrl_c_while_a_command_waits_exits_130_without_a_traceback(tmp_path: Pa
     comes once the command is connecting (deskside is then inside the command)."""
     server = _listening()
     port = int(server.getsockname()[1])
-    data = ssh_recipe_data(
-        addresses=("127.0.0.1", "localhost"),
-        interfaces=("lo", "lo"),
-        identity_file=str(tmp_path / "id"),
-        root=str(tmp_path / "nodes"),
-        hf_cache=str(tmp_path / "hf"),
-    )
-    data["cluster"]["nodes"][1]["fabric"]["address"] = "127.0.0.2"
-    for node in data["cluster"]["nodes"]:
-        node["ssh"]["port"] = port
-    ensure_tiny_model(tmp_path)
-    recipe = write_recipe(tmp_path, data)
+    recipe = loopback_ssh_recipe(tmp_path, port)
     asyncssh.generate_private_key("ssh-ed25519").write_private_key(str(tmp_path / "id"))
     (tmp_path / "id").chmod(0o600)
     known = tmp_path / "known_hosts"
