@@ -2,9 +2,9 @@
 .PHONY: demo test lint
 
 demo:
-	@scripts/bootstrap
+	@scripts/bootstrap --with-proxy
 	@scripts/system-deps
-	.venv/bin/deskside demo
+	DESKSIDE_LITELLM=$(CURDIR)/.venv-proxy/bin/litellm .venv/bin/deskside demo
 
 test:
 	@scripts/bootstrap --with-proxy

@@ -1,12 +1,22 @@
 """Shared pytest options: --update-golden rewrites golden files instead of comparing.
 Every test runs with DESKSIDE_HOME in a temporary folder (one per session), so nothing
-deskside makes on first use lands in the real home."""
+deskside makes on first use lands in the real home. Runs on this machine find the LiteLLM
+proxy that `make test` installs in .venv-proxy (DESKSIDE_LITELLM), unless one is set."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+PROXY_LITELLM = (
+    Path(os.environ.get("DESKSIDE_PROXY_VENV", Path(__file__).parents[1] / ".venv-proxy"))
+    / "bin"
+    / "litellm"
+)
+if PROXY_LITELLM.is_file():
+    os.environ.setdefault("DESKSIDE_LITELLM", str(PROXY_LITELLM))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -37,6 +37,9 @@ def ssh_recipe_data(
     data["engine"]["host"] = engine_host or addresses[0]
     data["engine"]["port"] = port
     data["engine"].pop("speculative")  # one engine start less to wait for: MTP is not the point
+    # the proxy and the monitoring are the tests' choice (local-tiny enables both)
+    data["proxy"] = {"enabled": False}
+    data["monitoring"] = {"enabled": False}
     data["runtime"] = {
         "kind": "native",
         "root": root,

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from deskside import localnet
+from deskside import localnet, secrets
 from deskside.errors import DesksideError
 from deskside.home import resolve_recipe
 from deskside.planner.inputs import plan_recipe
@@ -97,14 +97,19 @@ def chat(client: httpx.Client, url: str, model: str, prompt: str, max_tokens: in
 
 
 def measure(
-    url: str, model: str, words: int, concurrency: int, max_tokens: int
+    url: str,
+    model: str,
+    words: int,
+    concurrency: int,
+    max_tokens: int,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """A small honest cell: TTFT, per-stream decode tok/s = sum(N-1)/sum(decode time),
     aggregate tok/s = sum(N) / wall window, prefill tok/s = prompt/TTFT (c=1 only)."""
     prompts = [
         f"Request {i}: " + " ".join(f"w{i}x{j}" for j in range(words)) for i in range(concurrency)
     ]
-    with httpx.Client() as client, ThreadPoolExecutor(concurrency) as pool:
+    with httpx.Client(headers=headers) as client, ThreadPoolExecutor(concurrency) as pool:
         samples = list(pool.map(lambda p: chat(client, url, model, p, max_tokens), prompts))
     decode = sum(s.e2e - s.ttft for s in samples)
     window = max(s.end for s in samples) - min(s.start for s in samples)
@@ -135,7 +140,9 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
     with run_lock(recipe.name):  # one deskside at a time on this run
         t0 = time.monotonic()
         runtime = LocalRuntime()
-        report = runtime.up(recipe, path, planned, UpOptions(), progress=say)
+        # a service that is not installed here (LiteLLM, Prometheus) is left out with a note
+        options = UpOptions(skip_missing_services=True)
+        report = runtime.up(recipe, path, planned, options, progress=say)
         if not report.ok:
             raise DesksideError(
                 f"the demo cluster did not start ({report.failed_stage}): {report.error}",
@@ -143,17 +150,20 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
             )
         startup = time.monotonic() - t0
         names, url = report.served_names, report.api_url
+        notes += report.notes
+        behind_proxy = bool(report.proxy_url)
+        auth = secrets.engine_auth(recipe.name, behind_proxy) or {}
         try:
             completions = []
             for name in names:
-                with httpx.Client() as client:
+                with httpx.Client(headers=auth) as client:
                     s = chat(client, url, name, "Say hello.", 8)
                 completions.append({"model": name, "output_tokens": s.output_tokens})
                 say(f"chat completion via {name!r}: {s.output_tokens} tokens")
             table = []
             for words, conc in ((64, 1), (256, 1), (64, 2)):
                 say(f"measuring prompt ~{words} words x concurrency {conc}")
-                table.append(measure(url, names[0], words, conc, 32))
+                table.append(measure(url, names[0], words, conc, 32, auth))
         finally:
             if not keep_up:
                 say("tearing down")
@@ -162,6 +172,7 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
             "notes": notes,
             "startup_seconds": round(startup, 1),
             "api_url": url,
+            "proxy_url": report.proxy_url,
             "planned_kv_cache_line": report.planned_kv_cache_line,
             "logged_kv_cache_line": report.logged_kv_cache_line,
             "kv_match": report.logged_kv_cache_line == report.planned_kv_cache_line,

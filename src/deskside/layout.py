@@ -107,7 +107,11 @@ class NodeLayout:
         return self._p("logs", f"{rid}.{started}.log")
 
     def proxy_log(self, rid: str, started: str) -> str:
-        return self._p("logs", f"{rid}.{started}.proxy.log")
+        return self.service_log(rid, started, "proxy")
+
+    def service_log(self, rid: str, started: str, service: str) -> str:
+        """The output of a service started beside the engine (proxy, monitoring)."""
+        return self._p("logs", f"{rid}.{started}.{service}.log")
 
 
 def local_model_folder(recipe: Recipe, recipe_path: Path) -> Path | None:

@@ -157,6 +157,15 @@ def print_status(console: Console, st: ClusterStatus) -> None:
             format_gib(n.rss_bytes) if n.rss_bytes else "-",
         )
     console.print(table)
+    services = [(n.name, s) for n in st.nodes for s in n.services]
+    if services:
+        table = Table(title="services")
+        for col in ("node", "service", "pid", "state"):
+            table.add_column(col)
+        for node, s in services:
+            state = s.state if s.state == "running" else f"[red]{shown(s.state)}[/]"
+            table.add_row(shown(node), shown(s.name), str(s.pid), state)
+        console.print(table)
     if st.kv_cache_usage is not None:
         console.print(
             f"KV cache usage {st.kv_cache_usage:.1%}, running {st.requests_running:.0f}, "

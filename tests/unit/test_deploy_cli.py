@@ -70,8 +70,24 @@ def test_dry_run_of_a_local_recipe_prints_the_transcript(tmp_path: Path, home: P
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["ok"] and report["dry_run"] and report["runtime"] == "local"
-    spawns = [t["node"] for t in report["transcript"] if t["op"].startswith("spawn ")]
-    assert spawns == ["node1", "node0"]
+    spawns = [(t["stage"], t["node"]) for t in report["transcript"] if t["op"].startswith("spawn ")]
+    engines = [node for stage, node in spawns if stage == "start"]
+    assert engines == ["node1", "node0"]  # workers first
+    # local-tiny enables the proxy and the monitoring: head services, then every node's
+    services = [t for t in report["transcript"] if t["stage"] == "services"]
+    started = [
+        (t["node"], t["what"].split(" on ")[0]) for t in services if t["op"].startswith("spawn ")
+    ]
+    assert started == [
+        ("node0", "starting the LiteLLM proxy"),
+        ("node0", "starting Prometheus"),
+        ("node0", "starting node_exporter"),
+        ("node0", "starting deskside's exporter"),
+        ("node1", "starting node_exporter"),
+        ("node1", "starting deskside's exporter"),
+    ]
+    # no secret in any operation: the proxy reads its keys from their files
+    assert not any("sk-" in t["op"] for t in report["transcript"])
     assert load_run("local-tiny") is None  # nothing recorded, nothing started
     result = runner.invoke(app, ["up", str(recipe), "--dry-run"])
     assert result.exit_code == 0, result.output
@@ -138,5 +154,9 @@ def test_a_local_recipe_runs_as_processes_whatever_its_runtime_says(tmp_path: Pa
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert any("run as processes started by deskside" in n for n in report["notes"])
-    spawns = [t["op"] for t in report["transcript"] if t["op"].startswith("spawn ")]
+    spawns = [
+        t["op"]
+        for t in report["transcript"]
+        if t["op"].startswith("spawn ") and t["stage"] == "start"
+    ]
     assert len(spawns) == 2 and all("-m deskside.engine.cpu serve" in op for op in spawns)

@@ -23,7 +23,7 @@ from deskside.layout import NodeLayout
 from deskside.runtime import node_sh
 from deskside.runtime.ops import Op, Record, Run, Spawn
 from deskside.runtime.ready import Watched
-from deskside.runtime.records import ControlKind, NodeState
+from deskside.runtime.records import ControlKind, NodeState, ServiceState
 from deskside.transport.base import Result, Transport
 
 UNIT_DIR = "/etc/systemd/system"
@@ -100,21 +100,31 @@ class Control:
         return []
 
     def stop_commands(self, state: NodeState, grace: float) -> list[list[str]]:
-        """Stop the engine (and the proxy) `state` describes."""
+        """Stop the engine and the services (proxy, monitoring) `state` describes: the
+        proxy first (no new requests), the monitoring last (it sees the engine stop)."""
         argv: list[list[str]] = []
-        if state.proxy_pid is not None:
-            argv.append(
-                node_sh.stop_session(
-                    state.proxy_pid, grace, state.proxy_pid_start, state.proxy_run_tag
-                )
-            )
+        for service in state.services:
+            if service.name == "proxy":
+                argv.append(self._stop_service(service, grace))
         if self.kind == "systemd":
             argv.append([*self.sudo, "systemctl", "stop", self.layout.unit_name])
         elif self.kind == "compose":
             argv.append(self.compose("down"))
         elif state.pid is not None:
             argv.append(node_sh.stop_session(state.pid, grace, state.pid_start, state.run_tag))
+        argv += [self._stop_service(s, grace) for s in state.services if s.name != "proxy"]
         return argv
+
+    @staticmethod
+    def _stop_service(service: ServiceState, grace: float) -> list[str]:
+        return node_sh.stop_session(service.pid, grace, service.pid_start, service.run_tag)
+
+    def service_alive(self, t: Transport, service: ServiceState) -> bool:
+        """Whether `service` still runs (the process deskside started, by pid, start time
+        and run tag)."""
+        poll = node_sh.poll_process(service.pid, "/dev/null", 0, service.pid_start, service.run_tag)
+        r = t.run(poll, timeout=60)
+        return r.ok and node_sh.parse_poll(r.stdout)[0]
 
     def alive_command(self) -> list[str]:
         if self.runtime == "container":

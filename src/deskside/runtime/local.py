@@ -2,10 +2,15 @@
 (`netns:`) joined by a bridge. Nothing is pushed: the engines run from the model folder in
 place, each node's state and log under `$DESKSIDE_HOME/runs/<recipe>/nodes/<node>/`.
 
-Stages: preflight (the plan fits, the model exists, the run is not up already) -> network
-(the namespaces and the bridge) -> start (workers first, then the head) -> ready (/health,
-every alias in /v1/models, the engine's KV line) -> contract (a completion per name). A
-failure from `network` on stops everything this start began.
+Stages: preflight (the plan fits, the model exists, the run is not up already, the
+enabled services' programs exist) -> network (the namespaces and the bridge) -> start
+(workers first, then the head) -> ready (/health, every alias in /v1/models, the engine's KV
+line) -> services (the proxy and the monitoring the recipe enables, each answering; see
+`deskside.runtime.services`) -> contract (a completion per name, through the proxy when
+there is one). A failure from `network` on stops everything this start began.
+
+With a proxy the engine answers /v1 only with its own key (the proxy is the only door), as
+on deployed nodes: the head's engine reads it from $DESKSIDE_HOME/secrets/<recipe>/engine.env.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from deskside import localnet
+from deskside import localnet, secrets
 from deskside.engine.launch import NodeLaunch, Site, launches
 from deskside.errors import DesksideError, PlanRefused
 from deskside.home import runs_dir
@@ -28,7 +33,7 @@ from deskside.recipe.types import Recipe
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import Control, control_kind, watched
-from deskside.runtime.ops import Executed, Local, Op, Run, stamp
+from deskside.runtime.ops import Executed, Local, Op, Run, Spawn, stamp
 from deskside.runtime.pipeline import (
     Outcome,
     Progress,
@@ -46,6 +51,14 @@ from deskside.runtime.records import (
     RunRecord,
     load_run,
     save_run,
+)
+from deskside.runtime.service_start import wait_services, write_service_files
+from deskside.runtime.services import (
+    ServiceFiles,
+    ServiceLaunch,
+    missing,
+    service_launches,
+    with_env_file,
 )
 from deskside.runtime.status import RunCommands, down, status
 from deskside.runtime.transports import HERE
@@ -74,6 +87,7 @@ class LocalStart:
         self.recipe, self.recipe_path, self.plan = recipe, recipe_path, plan
         self.options, self.say, self.now = options, say, now
         run_dir = runs_dir() / recipe.name
+        self.run_dir = run_dir
         self.layouts = {
             n.name: NodeLayout.at(str(run_dir / "nodes" / n.name), recipe.name)
             for n in recipe.cluster.nodes
@@ -127,6 +141,21 @@ class LocalStart:
             ],
         )
         self.existing: set[str] = set()
+        self.python = python
+        self.skip: list[str] = []  # enabled services left out (options.skip_missing_services)
+        key_dir = secrets.secrets_dir(recipe.name)
+        self.files = ServiceFiles(
+            cluster=run_dir / "cluster",
+            prometheus_data=run_dir / "prometheus-data",
+            recipe=run_dir / "cluster" / "recipe.yaml",
+            master_key=Path(recipe.proxy.master_key_file)
+            if recipe.proxy.master_key_file
+            else key_dir / secrets.PROXY_MASTER_KEY,
+            engine_env=secrets.engine_env_path(recipe.name),
+        )
+        if recipe.proxy.enabled:
+            port = recipe.proxy.port
+            self.report.proxy_url = self.record.proxy_url = f"http://{recipe.head.address}:{port}"
 
     # -- stages
 
@@ -152,6 +181,13 @@ class LocalStart:
                 f"model folder {self.site.model} has no config.json",
                 hint=f"create it: deskside model tiny --arch deepseek-v3 --out {self.site.model}",
             )
+        for name, hint in missing(recipe):
+            if not self.options.skip_missing_services:
+                raise DesksideError(f"{name} is enabled but not installed here", hint=hint)
+            self.skip.append(name)
+            if name == "proxy":
+                self.report.proxy_url = self.record.proxy_url = None
+            self.report.notes.append(f"{name} not started: it is not installed ({hint})")
         current = load_run(recipe.name)
         if current is not None and any(
             n.state == "running" for n in status(current, self.transports).nodes
@@ -206,18 +242,30 @@ class LocalStart:
             started_at=_iso(started),
         )
         control = Control(kind="process", runtime="native", layout=layout)
+        argv = la.argv
+        if la.role == "head" and self._behind_proxy:
+            argv = with_env_file(argv, str(self.files.engine_env))
         return control.start_ops(
             la.node,
             state,
-            argv=la.argv,
+            argv=argv,
             env=la.env,
             cwd=la.workdir,
             log=layout.engine_log("engine", stamp(started)),
             what=f"starting {la.role} {la.node} (node rank {la.node_rank})",
         )
 
+    @property
+    def _behind_proxy(self) -> bool:
+        return self.recipe.proxy.enabled and "proxy" not in self.skip
+
+    def _engine_auth(self) -> dict[str, str] | None:
+        return secrets.engine_auth(self.recipe.name, self._behind_proxy)
+
     def start(self) -> Outcome:
         ops: list[Op] = [Local(f"record the run in {runs_dir() / self.recipe.name}", self._save)]
+        if self._behind_proxy:
+            ops.insert(0, Local(f"the engine key in {self.files.engine_env}", self._engine_key))
         for la in self.launches:
             ops += self._start_ops(la)
 
@@ -245,7 +293,9 @@ class LocalStart:
             timeout=self.options.timeout,
             say=self.say,
             interval=self.options.poll_interval,
-            client=httpx.Client(transport=self.options.http_transport, timeout=10),
+            client=httpx.Client(
+                transport=self.options.http_transport, timeout=10, headers=self._engine_auth()
+            ),
         )
         self.report.logged_kv_cache_line = found.logged_kv_cache_line
         self.record.logged_kv_cache_line = found.logged_kv_cache_line
@@ -253,19 +303,81 @@ class LocalStart:
         self._save()
         return Outcome(f"API {self.api_url} serves {', '.join(self.report.served_names)}")
 
+    def services(self) -> Outcome:
+        launches = service_launches(self.recipe, self.files, self.python, self.skip)
+        if not launches:
+            return Outcome("no proxy or monitoring enabled", skipped=True)
+        started = self.now()
+        ops: list[Op] = [Local(f"write the services' files in {self.files.cluster}", self._files)]
+        for sl in launches:
+            layout = self.layouts[sl.node]
+            tag = f"{self.recipe.name}/{sl.node}/{started:%Y%m%d%H%M%S}/{sl.name}"
+            ops.append(
+                Spawn(
+                    sl.node,
+                    sl.argv,
+                    ((node_sh.RUN_TAG, tag),),
+                    layout.service_log("local", stamp(started), sl.name),
+                    str(self.run_dir),
+                    f"{sl.what} on {sl.node}",
+                    layout,
+                    sl.name,
+                    None,
+                )
+            )
+        names = ", ".join(f"{sl.name}@{sl.node}" for sl in launches)
+        if self.options.dry_run:
+            return Outcome(names, ops, planned=[(sl.node, sl.ready_url) for sl in launches])
+        return Outcome(names, ops, after=lambda done: self._services_ready(launches, done))
+
+    def _services_ready(self, launches: list[ServiceLaunch], done: Executed) -> None:
+        wait_services(
+            launches,
+            done,
+            self.transports,
+            self.layouts,
+            timeout=self.options.timeout,
+            interval=self.options.poll_interval,
+            say=self.say,
+            http_transport=self.options.http_transport,
+        )
+
     def contract(self) -> Outcome:
+        via = self.report.proxy_url if self._behind_proxy and self.report.proxy_url else None
         if self.options.dry_run:
             names = ", ".join(self.report.served_names)
-            return Outcome("", planned=[(self.recipe.head.name, f"a completion through {names}")])
+            return Outcome(
+                "",
+                planned=[
+                    (
+                        self.recipe.head.name,
+                        f"a completion through {names} via {via or self.api_url}",
+                    )
+                ],
+            )
+        headers = self._engine_auth()
+        if via is not None:
+            key = secrets.read_secret(self.files.master_key, secrets.PROXY_MASTER_KEY)
+            headers = {"Authorization": f"Bearer {key.reveal()}"}
         client = httpx.Client(
-            transport=self.options.http_transport, timeout=self.options.contract_timeout
+            transport=self.options.http_transport,
+            timeout=self.options.contract_timeout,
+            headers=headers,
         )
-        return Outcome(require_contract(client, self.api_url, self.report.served_names))
+        return Outcome(require_contract(client, via or self.api_url, self.report.served_names))
 
     # -- bookkeeping
 
     def _save(self) -> None:
         save_run(self.record)
+
+    def _engine_key(self) -> None:
+        secrets.engine_api_key(self.recipe.name)  # made once, 0600
+
+    def _files(self) -> None:
+        write_service_files(self.recipe, self.recipe_path, self.plan, self.files)
+        if self._behind_proxy and not self.recipe.proxy.master_key_file:
+            secrets.proxy_master_key(self.recipe.name)  # made once, 0600
 
     def rollback(self) -> RollbackRecord:
         t0 = time.monotonic()
@@ -286,6 +398,7 @@ class LocalStart:
             Stage("network", self.network, rolls_back=True),
             Stage("start", self.start, rolls_back=True),
             Stage("ready", self.ready, rolls_back=True),
+            Stage("services", self.services, rolls_back=True),
             Stage("contract", self.contract, rolls_back=True),
         ]
 

@@ -24,7 +24,7 @@ from typing import Literal
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.runtime import node_sh
-from deskside.runtime.records import NodeState, write_state
+from deskside.runtime.records import NodeState, ServiceName, ServiceState, write_state
 from deskside.transport.base import Transport
 
 
@@ -82,7 +82,7 @@ class Spawn:
     cwd: str | None
     what: str
     layout: NodeLayout  # where the node's state file is
-    record: Literal["engine", "proxy"]
+    record: Literal["engine"] | ServiceName
     state: NodeState | None  # engine: the state to record (pid and log filled in)
 
     def describe(self) -> str:
@@ -184,14 +184,11 @@ def execute(
                 )
             else:
                 base = done.states[op.node]
-                state = base.model_copy(
-                    update={
-                        "proxy_pid": pid,
-                        "proxy_pid_start": start,
-                        "proxy_run_tag": tag,
-                        "proxy_log": op.log,
-                    }
+                service = ServiceState(
+                    name=op.record, pid=pid, pid_start=start, run_tag=tag, log=op.log
                 )
+                others = [s for s in base.services if s.name != op.record]
+                state = base.model_copy(update={"services": [*others, service]})
             write_state(t, op.layout, state)
             done.states[op.node] = state
         elif isinstance(op, Record):

@@ -38,6 +38,7 @@ class UpOptions:
     poll_interval: float = 0.5
     contract_timeout: float = 120.0
     http_transport: httpx.BaseTransport | None = None  # tests: an httpx.MockTransport
+    skip_missing_services: bool = False  # local runs: an uninstalled service -> a note
 
 
 @dataclass

@@ -37,9 +37,27 @@ Pid = Annotated[int, Field(ge=2)]
 # a namespace or link name deskside made (never an option, never a path)
 LinkName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")]
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+ServiceName = Literal["proxy", "prometheus", "node_exporter", "exporter"]
+"""Processes deskside starts beside an engine: the LiteLLM proxy (head), Prometheus (head),
+node_exporter and deskside's exporter (every node)."""
+SERVICE_NAMES: tuple[ServiceName, ...] = ("proxy", "prometheus", "node_exporter", "exporter")
 TAG_RE = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*/[0-9]{14}/(engine|proxy)"
+    r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*/[0-9]{14}/"
+    r"(engine|proxy|prometheus|node_exporter|exporter)"
 )
+
+
+class ServiceState(BaseModel):
+    """A process deskside started beside the engine (see `ServiceName`), proven its own
+    the same way as the engine: pid, start time and run tag."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: ServiceName
+    pid: Pid
+    pid_start: int | None = None
+    run_tag: str | None = None
+    log: str
 
 
 class NodeState(BaseModel):
@@ -59,10 +77,10 @@ class NodeState(BaseModel):
     log: str | None = None  # process: the engine's log file
     started_epoch: int | None = None  # node clock at start (journal/compose --since)
     started_at: str
-    proxy_pid: Pid | None = None
-    proxy_pid_start: int | None = None
-    proxy_run_tag: str | None = None
-    proxy_log: str | None = None
+    services: list[ServiceState] = Field(default_factory=list, max_length=len(SERVICE_NAMES))
+
+    def service(self, name: ServiceName) -> ServiceState | None:
+        return next((s for s in self.services if s.name == name), None)
 
 
 class RunNode(BaseModel):
@@ -146,14 +164,20 @@ cat -- "$f"
 
 def state_ok(state: NodeState, layout: NodeLayout) -> str | None:
     """Why a state file cannot be deskside's own record for this node, or None."""
-    for path in (state.log, state.proxy_log):
+    for path in (state.log, *(s.log for s in state.services)):
         if path is not None:
             parts = PurePosixPath(path).parts
             if not path.startswith(layout.logs + "/") or ".." in parts:
                 return f"its log {path!r} is not under {layout.logs}"
-    for tag in (state.run_tag, state.proxy_run_tag):
+    for tag in (state.run_tag, *(s.run_tag for s in state.services)):
         if tag is not None and not TAG_RE.fullmatch(tag):
             return f"its run tag {tag!r} is not one deskside makes"
+    for s in state.services:
+        if s.run_tag is not None and not s.run_tag.endswith("/" + s.name):
+            return f"its {s.name} carries the run tag of another process ({s.run_tag!r})"
+    names = [s.name for s in state.services]
+    if len(set(names)) != len(names):
+        return "it records one service twice"
     return None
 
 

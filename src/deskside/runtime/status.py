@@ -34,6 +34,16 @@ from deskside.transport.local import LocalTransport
 
 
 @dataclass(frozen=True)
+class ServiceStatus:
+    """A process deskside started beside a node's engine (proxy, monitoring)."""
+
+    name: str
+    pid: int
+    state: str  # running | exited
+    log: str
+
+
+@dataclass(frozen=True)
 class NodeStatus:
     name: str
     role: str
@@ -42,6 +52,7 @@ class NodeStatus:
     rss_bytes: int
     processes: int
     reason: str | None
+    services: tuple[ServiceStatus, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,9 +140,13 @@ def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
         return NodeStatus(node.name, node.role, 0, "exited", 0, 0, reason)
     pid = state.pid or 0
     control = login_control(t, control_of(run, node))
+    services = tuple(
+        ServiceStatus(s.name, s.pid, "running" if control.service_alive(t, s) else "exited", s.log)
+        for s in state.services
+    )
     if control.alive(t, state):
         processes, rss = control.stats(t, state)
-        return NodeStatus(node.name, node.role, pid, "running", rss, processes, None)
+        return NodeStatus(node.name, node.role, pid, "running", rss, processes, None, services)
     follower = LogFollower(node.name, state.log or run.unit)
     events = follower.feed(control.tail(t, state, 200).encode())
     last = next((e for e in reversed(events) if e.kind in FAILURE_EVENTS), None)
@@ -139,7 +154,17 @@ def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
     reason = f"{node.name} ({node.role}): {what} exited" + (
         f" - {last.explanation}" if last else f"; last log line: {follower.last_line[:160]}"
     )
-    return NodeStatus(node.name, node.role, pid, "exited", 0, 0, reason)
+    return NodeStatus(node.name, node.role, pid, "exited", 0, 0, reason, services)
+
+
+def service_reasons(nodes: list[NodeStatus]) -> list[str]:
+    """`node: <service> (pid P) exited; see <log>` for every service that stopped."""
+    return [
+        f"{n.name}: {s.name} (pid {s.pid}) exited; see {s.log}"
+        for n in nodes
+        for s in n.services
+        if s.state != "running"
+    ]
 
 
 def status(
@@ -148,7 +173,7 @@ def status(
     http_transport: httpx.BaseTransport | None = None,
 ) -> ClusterStatus:
     nodes = [node_status(run, n, _transport(run, n, transports)) for n in run.nodes]
-    reasons = [n.reason for n in nodes if n.reason]
+    reasons = [n.reason for n in nodes if n.reason] + service_reasons(nodes)
     with httpx.Client(transport=http_transport, timeout=10) as client:
         return cluster_status(run, nodes, reasons, client)
 

@@ -18,6 +18,25 @@ export NCCL_SOCKET_IFNAME=ds-veth0
 export VLLM_HOST_IP=10.77.0.1
 export VLLM_TARGET_DEVICE=cpu
 
+# The engine's API key: a proxy fronts this engine, so its API answers /v1 only with the
+# key. The key is read from its 0600 file (a container gets it from Compose's env_file);
+# it is in no rendered file and on no command line.
+if [ -z "${VLLM_API_KEY:-}" ]; then
+  key_env=/opt/deskside/local-tiny/secrets/engine.env
+  if [ ! -r "$key_env" ]; then
+    printf 'deskside: the engine key file %s is missing or unreadable\n' "$key_env" >&2
+    exit 1
+  fi
+  set -a
+  # shellcheck source=/dev/null
+  . "$key_env"
+  set +a
+fi
+if [ -z "${VLLM_API_KEY:-}" ]; then
+  printf 'deskside: no VLLM_API_KEY: the engine would take requests without a key\n' >&2
+  exit 1
+fi
+
 exec python3 -m deskside.engine.cpu serve /opt/deskside/local-tiny/models/tiny-deepseek-v3 \
   --served-model-name deepseek-v4-flash-tiny tiny \
   --tensor-parallel-size 2 \

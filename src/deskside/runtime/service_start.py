@@ -1,0 +1,97 @@
+"""Starting a run's services on this machine: their files (the rendered Prometheus and
+LiteLLM configuration, the recipe as run) and the wait until each answers."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import httpx
+
+from deskside.errors import DesksideError
+from deskside.layout import NodeLayout
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Recipe
+from deskside.render.assemble import render
+from deskside.render.bundle import CLUSTER_DIR
+from deskside.runtime import node_sh
+from deskside.runtime.control import Control
+from deskside.runtime.ops import Executed
+from deskside.runtime.services import ServiceFiles, ServiceLaunch
+from deskside.safefs import make_dirs, write_file
+from deskside.transport.base import Transport
+
+SERVICE_FILES = ("prometheus/", "litellm/config.yaml")
+"""The rendered cluster files a run on this machine uses (the rest is for deployed nodes)."""
+
+
+def recipe_as_run(recipe: Recipe) -> bytes:
+    """The recipe exactly as this run uses it (JSON is YAML), for the exporters: a recipe
+    adjusted in memory (the demo's loopback variant) reaches them as it runs."""
+    data = recipe.model_dump(mode="json", exclude_none=True)
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+
+def write_service_files(recipe: Recipe, recipe_path: Path, plan: Plan, files: ServiceFiles) -> None:
+    bundle = render(recipe, recipe_path, plan)
+    prefix = CLUSTER_DIR + "/"
+    for path, data in bundle.items():
+        rel = path.removeprefix(prefix)
+        if path.startswith(prefix) and rel.startswith(SERVICE_FILES):
+            write_file(files.cluster / rel, data, 0o644)
+    write_file(files.recipe, recipe_as_run(recipe), 0o644)
+    make_dirs(files.prometheus_data)
+
+
+def _tail(t: Transport, log: str) -> str:
+    r = t.run(node_sh.tail_file(log, 12), timeout=30)
+    return r.stdout.strip()
+
+
+def wait_services(
+    launches: list[ServiceLaunch],
+    done: Executed,
+    transports: Mapping[str, Transport],
+    layouts: Mapping[str, NodeLayout],
+    *,
+    timeout: float,
+    interval: float,
+    say: Callable[[str], None],
+    http_transport: httpx.BaseTransport | None = None,
+) -> None:
+    """Until every service answers 200 at its URL; a service that exits, or does not answer
+    within `timeout`, fails the start with its last log lines."""
+    pending = {(sl.node, sl.name): sl for sl in launches}
+    deadline = time.monotonic() + timeout
+    with httpx.Client(transport=http_transport, timeout=5) as client:
+        while pending:
+            for key, sl in list(pending.items()):
+                try:
+                    if client.get(sl.ready_url).status_code == 200:
+                        del pending[key]
+                        say(f"{sl.node}: {sl.name} answers at {sl.ready_url}")
+                        continue
+                except httpx.HTTPError:
+                    pass
+                state = done.states[sl.node].service(sl.name)
+                assert state is not None
+                t = transports[sl.node]
+                control = Control("process", "native", layouts[sl.node])
+                if not control.service_alive(t, state):
+                    raise DesksideError(
+                        f"{sl.node}: {sl.name} exited while starting; last lines of "
+                        f"{state.log}:\n{_tail(t, state.log)}",
+                        hint="see the whole log; `deskside status` lists the services",
+                    )
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                names = ", ".join(f"{n}@{node}" for node, n in pending)
+                raise DesksideError(
+                    f"{names} did not answer within {timeout:.0f} s",
+                    hint="see their logs under "
+                    + ", ".join(sorted({layouts[node].logs for node, _ in pending})),
+                )
+            time.sleep(interval)
