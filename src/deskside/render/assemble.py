@@ -25,11 +25,20 @@ from pathlib import Path
 
 # a module import: deskside.lock imports deskside.render.bundle, so either may load first
 from deskside import lock as lockfile
+from deskside.exporter import series
 from deskside.fabric.nccl import fabric_envs
 from deskside.planner.plan import Plan
 from deskside.recipe.text import WILDCARD_HOSTS
 from deskside.recipe.types import Recipe
-from deskside.render import compose, grafana, prometheus, proxy, scripts, systemd
+from deskside.render import (
+    compose,
+    grafana,
+    prometheus,
+    proxy,
+    rule_tests,
+    scripts,
+    systemd,
+)
 from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
 from deskside.render.context import RenderContext, build_context
 from deskside.render.serialize import json_text
@@ -57,6 +66,10 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
         )
         bundle.add(
             f"{CLUSTER_DIR}/prometheus/{prometheus.RULES_FILE}", prometheus.render_alert_rules(ctx)
+        )
+        bundle.add(
+            f"{CLUSTER_DIR}/prometheus/{prometheus.RULES_TEST_FILE}",
+            rule_tests.render_rule_tests(ctx),
         )
         bundle.add(
             f"{CLUSTER_DIR}/grafana/dashboards/{grafana.dashboard_file(ctx)}",
@@ -122,7 +135,7 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
             "prometheus_port": mon.prometheus_port,
             "grafana_port": mon.grafana_port,
             "node_exporter_port": mon.node_exporter_port,
-            "deskside_exporter_port": prometheus.DESKSIDE_EXPORTER_PORT,
+            "deskside_exporter_port": series.EXPORTER_PORT,
         }
     plan = ctx.plan
     layout = ctx.layout
