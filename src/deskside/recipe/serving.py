@@ -49,13 +49,15 @@ from deskside.recipe.values import (
 # digests of Prometheus, Grafana and node_exporter are those of the tags' published
 # multi-architecture manifests (amd64 and arm64: GB10 nodes are arm64).
 PROMETHEUS_IMAGE = (
-    "prom/prometheus:v2.55.1@sha256:2659f4c2ebb718e7695cb9b25ffa7d6be64db013daba13e05c875451cf51b0d3"
+    "prom/prometheus:v2.55.1"
+    "@sha256:2659f4c2ebb718e7695cb9b25ffa7d6be64db013daba13e05c875451cf51b0d3"
 )
 GRAFANA_IMAGE = (
     "grafana/grafana:11.6.0@sha256:62d2b9d20a19714ebfe48d1bb405086081bc602aa053e28cf6d73c7537640dfb"
 )
 NODE_EXPORTER_IMAGE = (
-    "prom/node-exporter:v1.8.2@sha256:4032c6d5bfd752342c3e631c2f1de93ba6b86c41db6b167b9a35372c139e7706"
+    "prom/node-exporter:v1.8.2"
+    "@sha256:4032c6d5bfd752342c3e631c2f1de93ba6b86c41db6b167b9a35372c139e7706"
 )
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 """An all-zero digest: a placeholder to replace with the tag's real digest (`deskside
