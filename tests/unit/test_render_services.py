@@ -195,11 +195,21 @@ def test_grafana_provisioning_points_at_the_head(flagship: tuple[Recipe, Bundle]
 
 
 def test_compose_strings_are_not_interpolated(tmp_path: Path) -> None:
-    _, _, bundle = hostile_bundle(tmp_path / "recipe dir")
-    text = bundle["cluster/compose.yaml"].decode()
-    raw = json.dumps(_yaml(text))
-    assert "$" not in raw.replace("$$", "")
-    assert "$$" in raw  # the hostile runtime.root reaches the data and key mounts escaped
+    recipe, _, bundle = hostile_bundle(tmp_path / "recipe dir")
+    images = {
+        "proxy": recipe.proxy.image,
+        "prometheus": recipe.monitoring.images.prometheus,
+        "grafana": recipe.monitoring.images.grafana,
+    }
+    for path in ("cluster/compose.yaml", "worker_1/monitoring.compose.yaml"):
+        data = _yaml(bundle[path])
+        raw = json.dumps(data)
+        assert "$" not in raw.replace("$$", "")  # every '$' doubled: nothing interpolated
+        for name, service in data["services"].items():
+            image = images.get(name, recipe.monitoring.images.node_exporter)
+            assert service["image"].replace("$$", "$") == image
+    # the hostile runtime.root reaches the data and key mounts, escaped
+    assert "$$" in json.dumps(_yaml(bundle["cluster/compose.yaml"])["services"]["grafana"])
 
 
 # --------------------------------------------------------------------------- systemd
