@@ -186,9 +186,17 @@ def node_compose_data(ctx: RenderContext, node: str) -> dict[str, Any]:
 
 def render_cluster_compose(ctx: RenderContext) -> str:
     names = ", ".join(cluster_services(ctx))
-    header = comment_header(
+    lines = [
         f"{ctx.recipe.name}: the services of the head ({ctx.recipe.head.name}) under Docker "
         f"Compose: {names}.",
+    ]
+    if ctx.recipe.runtime.kind == "native" and ctx.recipe.runtime.systemd:
+        lines.append(
+            "The native runtime's units run the proxy and Prometheus natively and take only "
+            "grafana from this file: start the others from here only instead of their units."
+        )
+    header = comment_header(
+        *lines,
         f"Rendered by `deskside render` from {ctx.recipe_file}.",
         "Change the recipe and render again rather than editing this file.",
     )
