@@ -1,13 +1,17 @@
-"""Rendered bundles pass the real validators: `systemd-analyze verify` on the units,
-`shellcheck` on the scripts, `promtool check config` / `check rules`, the Compose files
-against the Compose specification's JSON Schema (vendored: tests/data/compose-spec.json,
-see its README), and the dashboards through the Grafana Foundation SDK's models.
+"""Rendered bundles pass the real validators: `systemd-analyze verify` on every unit (the
+engine's and the services'), `shellcheck` on the scripts, `promtool check config` / `check
+rules` / `test rules` (the rendered tests of every alert), every Compose file (the engine's,
+node_exporter's, the head's services) against the Compose specification's JSON Schema
+(vendored: tests/data/compose-spec.json, see its README), and the dashboards through the
+Grafana Foundation SDK's models.
 
 Cases: every shipped recipe, the hostile recipe of the unit tests, and local-tiny with its
-systemd units, proxy and monitoring switched on (native units, a second topology).
+systemd units, proxy and monitoring switched on (native units, a second topology). deskside
+is not installed on systemd's search path here, so every case names the exporter's program
+by the absolute path of this environment's `deskside` (systemd-analyze checks it exists).
 
 A missing validator fails these tests (it does not skip them): `scripts/system-deps`
-installs them (Debian packages systemd, shellcheck, prometheus).
+installs them (Debian packages systemd, shellcheck, prometheus, prometheus-node-exporter).
 """
 
 from __future__ import annotations
@@ -15,19 +19,22 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
+from deskside.lock import LOCK_PATH
 from deskside.recipe.types import Recipe
 from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 
-from ..unit.render_cases import LOCAL_TINY, RECIPES, ROOT, hostile_bundle, load_and_plan
+from ..unit.render_cases import LOCAL_TINY, RECIPES, ROOT, load_and_plan, write_hostile_recipe
 
 pytestmark = pytest.mark.integration
 
@@ -43,16 +50,19 @@ def tool(name: str) -> str:
     return path
 
 
-def _local_tiny_everything() -> tuple[Recipe, Bundle]:
-    recipe, plan = load_and_plan(LOCAL_TINY)
-    variant = recipe.model_copy(
-        update={
-            "runtime": recipe.runtime.model_copy(update={"systemd": True}),
-            "proxy": recipe.proxy.model_copy(update={"enabled": True}),
-            "monitoring": recipe.monitoring.model_copy(update={"enabled": True}),
-        }
-    )
-    return variant, render(variant, LOCAL_TINY, plan)
+DESKSIDE = str(Path(sys.executable).with_name("deskside"))
+
+
+def _render(path: Path, **monitoring: object) -> tuple[Recipe, Bundle]:
+    """`path` rendered with the exporter's program at this environment's deskside."""
+    recipe, plan = load_and_plan(path)
+    mon = recipe.monitoring.model_copy(update={"deskside": DESKSIDE, **monitoring})
+    update: dict[str, object] = {"monitoring": mon}
+    if path == LOCAL_TINY:  # local-tiny-everything
+        update["runtime"] = recipe.runtime.model_copy(update={"systemd": True})
+        update["proxy"] = recipe.proxy.model_copy(update={"enabled": True})
+    variant = recipe.model_copy(update=update)
+    return variant, render(variant, path, plan)
 
 
 CASES = [*(p.stem for p in RECIPES), "hostile", "local-tiny-everything"]
@@ -70,13 +80,11 @@ def rendered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     case: str = request.param
     base = tmp_path_factory.mktemp(case)
     if case == "hostile":
-        recipe, _, bundle = hostile_bundle(base / "recipe dir")
+        recipe, bundle = _render(write_hostile_recipe(base / "recipe dir"))
     elif case == "local-tiny-everything":
-        recipe, bundle = _local_tiny_everything()
+        recipe, bundle = _render(LOCAL_TINY, enabled=True)
     else:
-        path = next(p for p in RECIPES if p.stem == case)
-        recipe, plan = load_and_plan(path)
-        bundle = render(recipe, path, plan)
+        recipe, bundle = _render(next(p for p in RECIPES if p.stem == case))
     out = base / "bundle out"  # a space in the folder, as an operator's might have
     bundle.write(out)
     return Rendered(case, recipe, out)
@@ -104,14 +112,29 @@ def systemd_verify(unit: Path, stub_dir: Path) -> subprocess.CompletedProcess[st
     return run([tool("systemd-analyze"), "verify", str(unit)], env=env)
 
 
+def lock_of(rendered: Rendered) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((rendered.out / LOCK_PATH).read_text())
+    return data
+
+
 def test_systemd_units_verify(rendered: Rendered, tmp_path: Path) -> None:
     units = list(files(rendered.out, "*.service"))
-    assert len(units) == (
-        len(rendered.recipe.cluster.nodes) if rendered.recipe.runtime.systemd else 0
+    recipe = rendered.recipe
+    service_units = lock_of(rendered)["services"].get("units", {})
+    expected = sorted(
+        [f"{n.name}/deskside-{recipe.name}.service" for n in recipe.cluster.nodes]
+        + [f"{node}/{unit}" for node, names in service_units.items() for unit in names]
+        if recipe.runtime.systemd
+        else []
     )
-    if rendered.recipe.runtime.kind == "container" and units:
+    assert sorted(u.relative_to(rendered.out).as_posix() for u in units) == expected
+    if recipe.monitoring.enabled and recipe.runtime.systemd:
+        for n in recipe.cluster.nodes:
+            for service in ("node-exporter", "exporter"):
+                assert f"deskside-{recipe.name}-{service}.service" in service_units[n.name]
+    if units and (recipe.runtime.kind == "container" or recipe.monitoring.enabled):
         assert shutil.which("docker", path=SYSTEMD_PATH), (
-            "the container units run `docker compose`; systemd-analyze verify needs a docker "
+            "the Compose units run `docker compose`; systemd-analyze verify needs a docker "
             "CLI on systemd's search path"
         )
     for unit in units:
@@ -168,6 +191,52 @@ def test_prometheus_config_and_rules_pass_promtool(rendered: Rendered) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_rendered_rule_tests_pass_promtool(rendered: Rendered) -> None:
+    """Every alert fires in its test and stays quiet in another (`promtool test rules`)."""
+    tests = list(files(rendered.out, "*.rules.test.yml"))
+    if not rendered.recipe.monitoring.enabled:
+        assert not tests
+        return
+    assert tests
+    for test in tests:
+        done = run([tool("promtool"), "test", "rules", test.name], cwd=test.parent)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "SUCCESS" in done.stdout + done.stderr
+
+
+def _flagship_rules(tmp_path: Path) -> Path:
+    _, bundle = _render(next(p for p in RECIPES if p.stem == "dual-spark-deepseek-v4-flash"))
+    bundle.write(tmp_path / "out")
+    return tmp_path / "out" / "cluster" / "prometheus" / "rules"
+
+
+@pytest.mark.parametrize(
+    ("alert", "old", "new"),
+    [
+        (
+            "KVCacheUsageHigh",
+            "(vllm:kv_cache_usage_perc) > 0.9",
+            "(vllm:kv_cache_usage_perc) > 0.95",
+        ),
+        ("EngineWedged", "_last_token > 300 and", "_last_token > 400 and"),
+        ("MemoryBelowFloor", "available_bytes < deskside_memory_floor", "available_bytes < 0 *"),
+        ("RoceGidDrift", "gid_drift == 1", "gid_drift == 2"),
+    ],
+)
+def test_rule_tests_fail_when_a_rule_moves(alert: str, old: str, new: str, tmp_path: Path) -> None:
+    """The rendered tests can fail: a rule changed without its tests does."""
+    rules = _flagship_rules(tmp_path)
+    path = rules / "deskside.rules.yml"
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new))
+    promtool = tool("promtool")
+    assert run([promtool, "check", "rules", path.name], cwd=rules).returncode == 0
+    done = run([promtool, "test", "rules", "deskside.rules.test.yml"], cwd=rules)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert f"alertname: {alert}" in done.stdout + done.stderr
+
+
 def test_promtool_catches_a_broken_rule(tmp_path: Path) -> None:
     bad = tmp_path / "bad.rules.yml"
     bad.write_text("groups:\n  - name: x\n    rules:\n      - alert: A\n        expr: rate(x[5m]\n")
@@ -185,22 +254,41 @@ def compose_validator() -> Draft202012Validator:
 
 def test_compose_files_match_the_compose_spec(rendered: Rendered) -> None:
     validator = compose_validator()
-    composes = list(files(rendered.out, "compose.yaml"))
-    if rendered.recipe.runtime.kind != "container":
-        assert not composes
-        return
-    assert len(composes) == len(rendered.recipe.cluster.nodes)
+    recipe = rendered.recipe
+    nodes = [n.name for n in recipe.cluster.nodes]
+    composes = [
+        p.relative_to(rendered.out).as_posix() for p in files(rendered.out, "*compose.yaml")
+    ]
+    expected = [f"{n}/compose.yaml" for n in nodes] * (recipe.runtime.kind == "container")
+    expected += [f"{n}/monitoring.compose.yaml" for n in nodes] * recipe.monitoring.enabled
+    expected += ["cluster/compose.yaml"] * (recipe.monitoring.enabled or recipe.proxy.enabled)
+    assert sorted(composes) == sorted(expected)
     yaml = YAML(typ="safe", pure=True)
-    for path in composes:
+    projects = set()
+    for rel in composes:
+        path = rendered.out / rel
         data = yaml.load(path.read_text())
         errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(data)]
         assert not errors, f"{path}: {errors}"
-        service = data["services"]["engine"]
-        assert "@sha256:" in service["image"]
-        assert service["network_mode"] == "host" and service["ipc"] == "host"
-        assert service["restart"] == "unless-stopped"
-        assert service["ulimits"]["memlock"] == -1
-        assert (path.parent / service["env_file"][0]).is_file()
+        projects.add(data["name"])
+        for name, service in data["services"].items():
+            assert "@sha256:" in service["image"], (rel, name)
+            assert service["network_mode"] == "host", (rel, name)
+            assert service["restart"] == "unless-stopped", (rel, name)
+            assert service.get("healthcheck") or (
+                name == "engine" and not rel.startswith(recipe.head.name + "/")
+            ), (rel, name)
+            for volume in service.get("volumes", []):
+                if volume["source"].startswith("./"):  # relative to the file's folder
+                    assert (path.parent / volume["source"]).exists(), (rel, volume)
+        if rel.endswith("/compose.yaml") and not rel.startswith("cluster/"):
+            service = data["services"]["engine"]
+            assert service["ipc"] == "host"
+            assert service["ulimits"]["memlock"] == -1
+            assert (path.parent / service["env_file"][0]).is_file()
+    # one project per kind of file: `up --remove-orphans` in one never removes another's
+    kinds = {"cluster" if r.startswith("cluster/") else r.rsplit("/", 1)[-1] for r in composes}
+    assert len(projects) == len(kinds), projects
 
 
 def test_compose_schema_catches_a_broken_file() -> None:

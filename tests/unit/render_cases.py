@@ -126,8 +126,20 @@ def hostile_recipe_data(model_dir: str) -> dict[str, Any]:
             "shm_size": "16g",
             "systemd": True,
         },
-        "proxy": {"enabled": True, "port": 4000, "master_key_file": "/etc/" + NASTY_WORD},
-        "monitoring": {"enabled": True},
+        "proxy": {
+            "enabled": True,
+            "port": 4000,
+            "master_key_file": "/etc/" + NASTY_WORD,
+            "image": "registry.example/litellm$(touch${IFS}PWNED)`id`:1@" + digest,
+        },
+        "monitoring": {
+            "enabled": True,
+            "images": {
+                "prometheus": "registry.example/prom${HOME}:1@" + digest,
+                "grafana": "registry.example/grafana'q'%h:1@" + digest,
+                "node_exporter": "registry.example/ne$$;*~#&:1@" + digest,
+            },
+        },
         "guard": {"kv_usage_warn": 0.8, "min_spec_acceptance": 0.25},
     }
 

@@ -35,6 +35,7 @@ from deskside.recipe.values import (
     EnvName,
     MaxModelLen,
     NoSpace,
+    PinnedImage,
     Port,
     PositiveByteSize,
     PromDuration,
@@ -43,6 +44,28 @@ from deskside.recipe.values import (
     ShmSize,
     SpeculativeMethod,
 )
+
+# Default images of the services deskside runs beside the engine under Docker Compose. The
+# digests of Prometheus, Grafana and node_exporter are those of the tags' published
+# multi-architecture manifests (amd64 and arm64: GB10 nodes are arm64).
+PROMETHEUS_IMAGE = (
+    "prom/prometheus:v2.55.1"
+    "@sha256:2659f4c2ebb718e7695cb9b25ffa7d6be64db013daba13e05c875451cf51b0d3"
+)
+GRAFANA_IMAGE = (
+    "grafana/grafana:11.6.0@sha256:62d2b9d20a19714ebfe48d1bb405086081bc602aa053e28cf6d73c7537640dfb"
+)
+NODE_EXPORTER_IMAGE = (
+    "prom/node-exporter:v1.8.2"
+    "@sha256:4032c6d5bfd752342c3e631c2f1de93ba6b86c41db6b167b9a35372c139e7706"
+)
+PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
+"""An all-zero digest: a placeholder to replace with the tag's real digest (`deskside
+render` notes every image that still has one)."""
+LITELLM_IMAGE = f"ghcr.io/berriai/litellm:v1.108.5@{PLACEHOLDER_DIGEST}"
+"""LiteLLM 1.108.5, the version deskside is tested with. The digest is a placeholder: set
+proxy.image to the tag pinned by its real digest (`docker buildx imagetools inspect
+ghcr.io/berriai/litellm:v1.108.5`)."""
 
 WeightsFormat = Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp8+mxfp4"]
 
@@ -300,6 +323,22 @@ class Proxy(BaseModel):
         None,
         description="File on the head node holding the proxy's master key. None: no key.",
     )
+    image: PinnedImage = Field(
+        LITELLM_IMAGE,
+        description="The LiteLLM image the container runtime runs the proxy from, pinned by "
+        "digest. The default's digest is a placeholder: replace it with the real digest of "
+        "ghcr.io/berriai/litellm:v1.108.5.",
+    )
+
+
+class MonitoringImages(BaseModel):
+    """The images of the monitoring services under Docker Compose, pinned by digest."""
+
+    model_config = MODEL_CONFIG
+
+    prometheus: PinnedImage = Field(PROMETHEUS_IMAGE, description="Prometheus (head).")
+    grafana: PinnedImage = Field(GRAFANA_IMAGE, description="Grafana (head).")
+    node_exporter: PinnedImage = Field(NODE_EXPORTER_IMAGE, description="node_exporter (nodes).")
 
 
 class Monitoring(BaseModel):
@@ -315,6 +354,28 @@ class Monitoring(BaseModel):
     node_exporter_port: Port = Field(9100, description="node_exporter port on every node.")
     scrape_interval: PromDuration = Field(
         "15s", description="Prometheus scrape interval (a Prometheus duration: 15s, 1m)."
+    )
+    images: MonitoringImages = Field(
+        default_factory=MonitoringImages,
+        description="Images of Prometheus, Grafana and node_exporter under Docker Compose.",
+    )
+    prometheus: NoSpace = Field(
+        "prometheus",
+        pattern=r"^[^-]",
+        description="native runtime: the Prometheus program on the head (a name on the PATH "
+        "or an absolute path).",
+    )
+    node_exporter: NoSpace = Field(
+        "prometheus-node-exporter",
+        pattern=r"^[^-]",
+        description="native runtime: the node_exporter program on every node (Debian and "
+        "Ubuntu name it prometheus-node-exporter; upstream's release is node_exporter).",
+    )
+    deskside: NoSpace = Field(
+        "deskside",
+        pattern=r"^[^-]",
+        description="The deskside program on every node, which runs deskside's exporter (a "
+        "name on the PATH or an absolute path).",
     )
 
 
@@ -344,6 +405,7 @@ __all__ = [
     "Guard",
     "Model",
     "Monitoring",
+    "MonitoringImages",
     "Proxy",
     "Runtime",
     "Speculative",

@@ -330,6 +330,18 @@ def _check_duration(value: str) -> str:
 
 PromDuration = Annotated[str, AfterValidator(_check_duration)]
 
+PinnedImage = Annotated[
+    str,
+    AfterValidator(
+        _matching(
+            r"(?!-)[!-~]{1,400}@sha256:[0-9a-f]{64}",
+            "a container image pinned by digest (name:tag@sha256:<64 hex digits>)",
+            "'prom/prometheus:v2.55.1@sha256:<digest>'",
+        )
+    ),
+]
+"""A container image pinned by digest: a tag can be re-pushed, a digest cannot."""
+
 
 _SHM_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 
@@ -391,6 +403,7 @@ __all__ = [
     "NetnsName",
     "NoSpace",
     "NodeName",
+    "PinnedImage",
     "Port",
     "PositiveByteSize",
     "PromDuration",

@@ -7,12 +7,23 @@ Bundle layout:
     <node>/node.env                   the engine environment (Compose env_file)
     <node>/launch.sh                  env, RoCE GID resolution, `exec vllm ...` (0755)
     <node>/deskside-<recipe>.service  systemd unit (runtime.systemd)
+    <node>/monitoring.compose.yaml    monitoring.enabled: node_exporter under Docker Compose
+    <node>/deskside-<recipe>-<service>.service
+                                      runtime.systemd: the node's other services: proxy,
+                                      prometheus, grafana (head), node-exporter, exporter
+    cluster/compose.yaml              proxy or monitoring: LiteLLM, Prometheus, Grafana
     cluster/litellm/config.yaml       proxy.enabled: served name + aliases -> head
     cluster/litellm/run-proxy.sh      proxy.enabled: starts LiteLLM with the key file
     cluster/prometheus/prometheus.yml monitoring.enabled
     cluster/prometheus/rules/deskside.rules.yml
+    cluster/prometheus/rules/deskside.rules.test.yml   promtool tests of every alert
     cluster/grafana/dashboards/deskside-<recipe>.json
+    cluster/grafana/provisioning/datasources/deskside.yaml   the head's Prometheus
+    cluster/grafana/provisioning/dashboards/deskside.yaml    loads grafana/dashboards
     cluster/deskside.lock             pins and the sha256 of every other file
+
+Where each service runs and why is in `deskside.render.services` (Compose) and
+`deskside.render.units` (systemd); Prometheus and Grafana keep their data in R/N/data/.
 
 The node folder lands on the node as R/N/current/ (see `deskside.render.context`); the
 cluster folder on the head.
@@ -22,14 +33,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 # a module import: deskside.lock imports deskside.render.bundle, so either may load first
 from deskside import lock as lockfile
+from deskside.exporter import series
 from deskside.fabric.nccl import fabric_envs
 from deskside.planner.plan import Plan
+from deskside.recipe.serving import PLACEHOLDER_DIGEST
 from deskside.recipe.text import WILDCARD_HOSTS
 from deskside.recipe.types import Recipe
-from deskside.render import compose, grafana, prometheus, proxy, scripts, systemd
+from deskside.render import (
+    compose,
+    grafana,
+    prometheus,
+    proxy,
+    rule_tests,
+    scripts,
+    services,
+    systemd,
+    units,
+)
 from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
 from deskside.render.context import RenderContext, build_context
 from deskside.render.serialize import json_text
@@ -48,6 +72,16 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
         bundle.add(f"{folder}/launch.sh", launch, MODE_SCRIPT)
         if recipe.runtime.systemd:
             bundle.add(f"{folder}/{ctx.layout.unit_name}", systemd.render_unit(ctx, n))
+        if recipe.monitoring.enabled:
+            bundle.add(
+                f"{folder}/{services.NODE_COMPOSE}", services.render_node_compose(ctx, n.name)
+            )
+        for unit in units.service_units(ctx, n):
+            bundle.add(f"{folder}/{unit.name}", unit.text)
+    if services.cluster_services(ctx):
+        bundle.add(
+            f"{CLUSTER_DIR}/{services.CLUSTER_COMPOSE}", services.render_cluster_compose(ctx)
+        )
     if recipe.proxy.enabled:
         bundle.add(f"{CLUSTER_DIR}/litellm/config.yaml", proxy.render_litellm_config(ctx))
         bundle.add(f"{CLUSTER_DIR}/litellm/run-proxy.sh", proxy.render_run_proxy(ctx), MODE_SCRIPT)
@@ -59,8 +93,20 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
             f"{CLUSTER_DIR}/prometheus/{prometheus.RULES_FILE}", prometheus.render_alert_rules(ctx)
         )
         bundle.add(
+            f"{CLUSTER_DIR}/prometheus/{prometheus.RULES_TEST_FILE}",
+            rule_tests.render_rule_tests(ctx),
+        )
+        bundle.add(
             f"{CLUSTER_DIR}/grafana/dashboards/{grafana.dashboard_file(ctx)}",
             json_text(grafana.dashboard_json(ctx)),
+        )
+        provisioning = f"{CLUSTER_DIR}/grafana/provisioning"
+        bundle.add(
+            f"{provisioning}/datasources/deskside.yaml", services.render_grafana_datasource(ctx)
+        )
+        bundle.add(
+            f"{provisioning}/dashboards/deskside.yaml",
+            services.render_grafana_dashboard_provider(ctx),
         )
     bundle.notes.extend(_notes(ctx))
     bundle.add(lockfile.LOCK_PATH, build_lock(ctx, bundle).text())
@@ -79,13 +125,33 @@ def _notes(ctx: RenderContext) -> list[str]:
             "/health, /metrics, /tokenize and /invocations open; leave engine.host unset so "
             f"it binds {recipe.head.address} only"
         )
+    for field, image in _service_images(recipe):
+        if image.endswith(PLACEHOLDER_DIGEST):
+            notes.append(
+                f"{field} ({image.partition('@')[0]}) has a placeholder digest: Docker cannot "
+                "pull it; set it to the tag pinned by its real digest"
+            )
     if not ctx.plan.fits:
         notes.append("the plan does not fit: vLLM would refuse to start (see `deskside plan`)")
     return notes
 
 
+def _service_images(recipe: Recipe) -> list[tuple[str, str]]:
+    """The Compose images of the services the recipe turns on, with their recipe fields."""
+    out = [("proxy.image", recipe.proxy.image)] if recipe.proxy.enabled else []
+    if recipe.monitoring.enabled:
+        images = recipe.monitoring.images
+        out += [
+            ("monitoring.images.prometheus", images.prometheus),
+            ("monitoring.images.grafana", images.grafana),
+            ("monitoring.images.node_exporter", images.node_exporter),
+        ]
+    return out
+
+
 def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
     recipe = ctx.recipe
+    layout = ctx.layout
     m = recipe.model
     nodes: dict[str, lockfile.NodeLock] = {}
     for n in ctx.nodes:
@@ -110,22 +176,41 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
         for p, b in bundle.items()
         if p.startswith(CLUSTER_DIR + "/") and p != lockfile.LOCK_PATH
     }
-    services: dict[str, object] = {"engine_api": ctx.api_base}
+    svc: dict[str, Any] = {"engine_api": ctx.api_base}
     if recipe.proxy.enabled:
-        services["proxy"] = {
+        svc["proxy"] = {
             "port": recipe.proxy.port,
             "master_key_file": proxy.master_key_path(ctx),
+            "image": recipe.proxy.image,
         }
     if recipe.monitoring.enabled:
         mon = recipe.monitoring
-        services["monitoring"] = {
+        svc["monitoring"] = {
             "prometheus_port": mon.prometheus_port,
             "grafana_port": mon.grafana_port,
             "node_exporter_port": mon.node_exporter_port,
-            "deskside_exporter_port": prometheus.DESKSIDE_EXPORTER_PORT,
+            "deskside_exporter_port": series.EXPORTER_PORT,
+            "images": mon.images.model_dump(mode="json"),
+            "data_dir": f"{layout.recipe_dir}/data",
         }
+    if services_on := services.cluster_services(ctx):
+        svc["compose"] = {
+            "cluster": {
+                "project": services.cluster_project(ctx),
+                "file": f"{CLUSTER_DIR}/{services.CLUSTER_COMPOSE}",
+                "services": services_on,
+            },
+        }
+        if recipe.monitoring.enabled:
+            svc["compose"]["nodes"] = {
+                "project": services.node_project(ctx),
+                "file": services.NODE_COMPOSE,
+                "services": [services.NODE_EXPORTER],
+            }
+    service_units = {n.name: [u.name for u in units.service_units(ctx, n)] for n in ctx.nodes}
+    if any(service_units.values()):
+        svc["units"] = service_units
     plan = ctx.plan
-    layout = ctx.layout
     return lockfile.Lock(
         lock_version=lockfile.LOCK_VERSION,
         recipe=recipe.name,
@@ -162,7 +247,7 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
             "block_size": plan.block_size,
             "max_concurrency": plan.max_concurrency,
         },
-        services=services,
+        services=svc,
         nodes=nodes,
         cluster_files=cluster_files,
     )

@@ -2,7 +2,9 @@
 two-Spark stacks run it): the engine image pinned by digest, host network and IPC, a large /dev/shm,
 unlimited memlock, `/dev/infiniband` for RoCE, `restart: unless-stopped`, the Hugging Face
 cache and the autotune/compile cache as volumes, the environment from node.env, and
-launch.sh (mounted read-only) as the entrypoint.
+launch.sh (mounted read-only) as the entrypoint. The head's engine has a healthcheck on
+vLLM's /health (with the image's python3), started late enough for the model to load;
+workers are headless (no HTTP server), so theirs have none.
 
 Every string goes through `quote.compose_string`: Compose interpolates `$` in all values.
 The labels carry the sha256 of launch.sh, so a changed launch recreates the container on
@@ -26,8 +28,24 @@ from deskside.render.serialize import comment_header, yaml_text
 SERVICE = "engine"
 """The Compose service name of the engine on every node."""
 
+ENGINE_START_PERIOD = "30m"
+"""How long the head's healthcheck waits before failures count: a first start loads the
+weights, autotunes FlashInfer and profiles the KV cache, which on GB10 takes many minutes."""
 
-def _bind(source: str, target: str, *, read_only: bool = False, create: bool = False) -> Any:
+
+def python_check(url: str, start_period: str) -> dict[str, Any]:
+    """A Compose healthcheck with the image's python3 (vLLM's and LiteLLM's have one)."""
+    code = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=10)"
+    return {
+        "test": ["CMD", "python3", "-c", compose_string(code)],
+        "interval": "30s",
+        "timeout": "15s",
+        "retries": 3,
+        "start_period": start_period,
+    }
+
+
+def bind(source: str, target: str, *, read_only: bool = False, create: bool = False) -> Any:
     volume: dict[str, Any] = {
         "type": "bind",
         "source": compose_string(source),
@@ -45,13 +63,13 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
     runtime = recipe.runtime
     assert recipe.engine.image is not None  # the recipe rules require it for containers
     volumes = [
-        _bind("./launch.sh", LAUNCH_IN_CONTAINER, read_only=True),
-        _bind(runtime.hf_cache, runtime.hf_cache, create=True),
-        _bind(ctx.layout.cache, CONTAINER_HOME_CACHE, create=True),
+        bind("./launch.sh", LAUNCH_IN_CONTAINER, read_only=True),
+        bind(runtime.hf_cache, runtime.hf_cache, create=True),
+        bind(ctx.layout.cache, CONTAINER_HOME_CACHE, create=True),
     ]
     if recipe.model.path is not None:
         # a local model folder: pushed under R/N/models/ (or an absolute path on the node)
-        volumes.append(_bind(ctx.model, ctx.model, read_only=True))
+        volumes.append(bind(ctx.model, ctx.model, read_only=True))
     service: dict[str, Any] = {
         "image": compose_string(recipe.engine.image),
         "entrypoint": ["/bin/sh", LAUNCH_IN_CONTAINER],
@@ -78,6 +96,8 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
                 }
             }
         }
+    if n.launch.probe_url is not None and n.launch.role == "head":
+        service["healthcheck"] = python_check(f"{n.launch.probe_url}/health", ENGINE_START_PERIOD)
     service["labels"] = {
         "io.deskside.recipe": recipe.name,
         "io.deskside.node": n.name,

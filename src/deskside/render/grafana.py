@@ -6,8 +6,10 @@ Three rows, as published two-Spark dashboards have them: vLLM (requests, KV cach
 prefix cache, speculative acceptance), memory and GPU, and RoCE. Metric sources:
 - vLLM's /metrics;
 - node_exporter: `node_memory_*`, and the RoCE port counters of its `infiniband`
-  collector (`node_infiniband_port_data_{received,transmitted}_bytes_total`, ...);
-- deskside's exporter (`GPU_METRICS`): GB10 GPU readings that DCGM does not report.
+  collector (`node_infiniband_port_data_{received,transmitted}_bytes_total`, ...; names as
+  node_exporter 1.5 and later export them);
+- deskside's exporter (`deskside.exporter.series`): memory against the plan's floor, GB10
+  GPU readings that DCGM does not report, the RoCE GID index and its drift, engine progress.
 The datasource is a dashboard variable, so the JSON imports into any Grafana.
 """
 
@@ -24,15 +26,9 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as model
 
+from deskside.exporter import series
 from deskside.render.context import RenderContext
-
-GPU_METRICS = {
-    "utilization": "deskside_gpu_utilization_ratio",
-    "power": "deskside_gpu_power_watts",
-    "temperature": "deskside_gpu_temperature_celsius",
-}
-"""GPU gauges the dashboard reads from deskside's exporter (one series per node, labels
-`node` and `gpu`)."""
+from deskside.render.prometheus import ENGINE_WEDGED_SECONDS
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
@@ -130,6 +126,14 @@ def vllm_panels(ctx: RenderContext) -> list[PanelSpec]:
             "short",
             (("sum(rate(vllm:num_preemptions_total[$__rate_interval]))", "preemptions"),),
         ),
+        PanelSpec(
+            "Seconds since last token",
+            "While requests run: time since the engine last generated a token (deskside's "
+            "exporter). The line is where the EngineWedged alert starts counting.",
+            "s",
+            ((series.ENGINE_SINCE_TOKEN, "{{node}}"),),
+            threshold=ENGINE_WEDGED_SECONDS,
+        ),
     ]
     if ctx.recipe.engine.speculative is not None:
         accepted = "sum(rate(vllm:spec_decode_num_accepted_tokens_total[$__rate_interval]))"
@@ -163,6 +167,7 @@ def vllm_panels(ctx: RenderContext) -> list[PanelSpec]:
 
 
 def memory_gpu_panels() -> list[PanelSpec]:
+    gpu = "{{node}} gpu {{gpu}}"
     return [
         PanelSpec(
             "Memory available",
@@ -172,29 +177,51 @@ def memory_gpu_panels() -> list[PanelSpec]:
             (('node_memory_MemAvailable_bytes{job="node"}', "{{node}}"),),
         ),
         PanelSpec(
+            "Memory headroom",
+            "MemAvailable against the safety floor the plan keeps outside vLLM, per node "
+            "(deskside's exporter). Headroom below zero fires MemoryBelowFloor.",
+            "bytes",
+            (
+                (f"{series.MEMORY_AVAILABLE} - {series.MEMORY_FLOOR}", "{{node}} headroom"),
+                (series.MEMORY_AVAILABLE, "{{node}} available"),
+                (series.MEMORY_FLOOR, "{{node}} floor"),
+            ),
+        ),
+        PanelSpec(
             "GPU utilisation",
-            "From deskside's exporter.",
+            "From deskside's exporter (NVML).",
             "percentunit",
-            ((GPU_METRICS["utilization"], "{{node}} gpu {{gpu}}"),),
+            ((series.GPU_UTILIZATION, gpu),),
             max=1,
         ),
         PanelSpec(
+            "GPU memory",
+            "Device memory in use and in total, from deskside's exporter (NVML). On GB10 "
+            "the GPU draws on the unified memory above.",
+            "bytes",
+            (
+                (series.GPU_MEMORY_USED, gpu + " used"),
+                (series.GPU_MEMORY_TOTAL, gpu + " total"),
+            ),
+        ),
+        PanelSpec(
             "GPU power",
-            "From deskside's exporter.",
+            "From deskside's exporter (NVML).",
             "watt",
-            ((GPU_METRICS["power"], "{{node}} gpu {{gpu}}"),),
+            ((series.GPU_POWER, gpu),),
         ),
         PanelSpec(
             "GPU temperature",
-            "From deskside's exporter.",
+            "From deskside's exporter (NVML).",
             "celsius",
-            ((GPU_METRICS["temperature"], "{{node}} gpu {{gpu}}"),),
+            ((series.GPU_TEMPERATURE, gpu),),
         ),
     ]
 
 
 def roce_panels() -> list[PanelSpec]:
     rate = "rate(node_infiniband_port_{}_total[$__rate_interval])"
+    port = "{{node}} {{device}}:{{port}}"
     return [
         PanelSpec(
             "RoCE receive",
@@ -215,6 +242,40 @@ def roce_panels() -> list[PanelSpec]:
             (
                 (rate.format("errors_received"), "{{node}} {{device}}:{{port}} rx errors"),
                 (rate.format("discards_received"), "{{node}} {{device}}:{{port}} rx discards"),
+                (rate.format("discards_transmitted"), "{{node}} {{device}}:{{port}} tx discards"),
+            ),
+        ),
+        PanelSpec(
+            "RoCE congestion and link health",
+            "Per second, from node_exporter's infiniband collector: transmit wait (ticks with "
+            "data to send but none sent: the port is held back), constraint errors, buffer "
+            "overruns, link recoveries and link downs; all but transmit wait should stay at "
+            "zero. The RoCE congestion counters proper (ECN-marked packets, CNPs sent and "
+            "handled, out-of-sequence packets) are the device's hw_counters, which "
+            "node_exporter does not export: read them with `rdma statistic show`.",
+            "short",
+            tuple(
+                (f"rate(node_infiniband_{name}_total[$__rate_interval])", f"{port} {legend}")
+                for name, legend in (
+                    ("port_transmit_wait", "tx wait"),
+                    ("port_constraint_errors_received", "rx constraint errors"),
+                    ("port_constraint_errors_transmitted", "tx constraint errors"),
+                    ("excessive_buffer_overrun_errors", "buffer overruns"),
+                    ("link_error_recovery", "link recoveries"),
+                    ("link_downed", "link downs"),
+                )
+            ),
+        ),
+        PanelSpec(
+            "RoCE GID index and drift",
+            "The GID index each fabric address resolves to now, the index the running engine "
+            "was launched with (NCCL_IB_GID_INDEX), and drift: 1 when they differ, which "
+            "fires RoceGidDrift (deskside's exporter).",
+            "short",
+            (
+                (series.GID_INDEX, "{{node}} {{device}}:{{port}} now"),
+                (series.GID_LAUNCHED, "{{node}} {{device}} launched"),
+                (series.GID_DRIFT, "{{node}} {{device}} drift"),
             ),
         ),
     ]

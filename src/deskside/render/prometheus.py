@@ -6,9 +6,9 @@ Scrape jobs:
 - `vllm`: the engine's /metrics on the head (workers are headless: no HTTP server);
 - `node`: node_exporter on every node (memory, and RoCE port counters from its default
   `infiniband` collector);
-- `deskside`: deskside's own exporter on every node, on port `DESKSIDE_EXPORTER_PORT`
-  (guard figures, GPU readings, the resolved GID index);
-- `prometheus`: itself.
+- `deskside`: deskside's own exporter on every node, on port `series.EXPORTER_PORT`
+  (memory and its floor, GPU readings, the resolved GID index, engine progress);
+- `prometheus`: itself, on the head's address.
 
 Alerts (vLLM's own metric names, as its /metrics exports them):
 - EngineDown: the head's /metrics does not answer;
@@ -17,7 +17,14 @@ Alerts (vLLM's own metric names, as its /metrics exports them):
   unified-memory hosts CPU and GPU share it, and running out freezes the host);
 - SpecAcceptanceCollapse (speculative decoding only): accepted / drafted tokens below
   guard.min_spec_acceptance while drafts are being made;
-- NodeExporterDown: a node's node_exporter does not answer.
+- NodeExporterDown: a node's node_exporter does not answer;
+- MemoryBelowFloor: a node's MemAvailable under the plan's safety floor (deskside's exporter);
+- RoceGidDrift: the GID index the fabric address resolves to now differs from the one the
+  running engine was launched with;
+- EngineWedged: requests are running but no token has come for `ENGINE_WEDGED_SECONDS`;
+- DesksideExporterDown: a node's deskside exporter does not answer.
+
+`deskside.render.rule_tests` writes a promtool test for every alert beside the rules.
 """
 
 from __future__ import annotations
@@ -25,19 +32,23 @@ from __future__ import annotations
 from typing import Any
 
 from deskside.engine.launch import probe_host
+from deskside.exporter import series
 from deskside.render.context import RenderContext
 from deskside.render.serialize import comment_header, yaml_text
-
-DESKSIDE_EXPORTER_PORT = 9478
-"""The port of deskside's exporter on every node (outside the common exporter ports: 9100
-node_exporter, 9400 DCGM exporter, 9090 Prometheus)."""
 
 MEMORY_AVAILABLE_WARN = 0.05
 """MemoryHeadroomLow fires when MemAvailable is under this fraction of MemTotal. A published
 two-Spark head sat at ~1% free (1.3 GB of 128 GB) while a leftover engine still ran
 (docs/flagship.md #28); a planned GB10 at 0.82 keeps ~12% available."""
 
+ENGINE_WEDGED_SECONDS = 300
+"""EngineWedged fires when requests run but no token has come for this long. The longest
+legitimate silence is a prefill of a whole context with nothing else decoding: the flagship's
+204,800 tokens at a conservative 2,000 prompt tokens per second take ~100 s. 300 s stays clear
+of that and still catches a wedged engine (a hung collective, a dead rank) within minutes."""
+
 RULES_FILE = "rules/deskside.rules.yml"
+RULES_TEST_FILE = "rules/deskside.rules.test.yml"
 
 
 def _target(host: str, port: int) -> str:
@@ -74,10 +85,15 @@ def prometheus_config(ctx: RenderContext) -> dict[str, Any]:
                 ],
             },
             {"job_name": "node", "static_configs": per_node(mon.node_exporter_port)},
-            {"job_name": "deskside", "static_configs": per_node(DESKSIDE_EXPORTER_PORT)},
+            {"job_name": "deskside", "static_configs": per_node(series.EXPORTER_PORT)},
             {
                 "job_name": "prometheus",
-                "static_configs": [{"targets": [_target("localhost", mon.prometheus_port)]}],
+                "static_configs": [
+                    {
+                        "targets": [_target(recipe.head.address, mon.prometheus_port)],
+                        "labels": {"node": recipe.head.name, "role": "head"},
+                    }
+                ],
             },
         ],
     }
@@ -139,7 +155,8 @@ def alert_rules(ctx: RenderContext) -> dict[str, Any]:
             },
         },
     ]
-    if recipe.engine.speculative is not None:
+    rules += exporter_rules()
+    if recipe.engine.speculative is not None and guard.min_spec_acceptance > 0:
         drafts = "rate(vllm:spec_decode_num_draft_tokens_total[10m])"
         accepted = "rate(vllm:spec_decode_num_accepted_tokens_total[10m])"
         rules.append(
@@ -162,6 +179,60 @@ def alert_rules(ctx: RenderContext) -> dict[str, Any]:
     return {"groups": [{"name": f"deskside-{recipe.name}", "rules": rules}]}
 
 
+def exporter_rules() -> list[dict[str, Any]]:
+    """The alerts on the series of deskside's exporter."""
+    return [
+        {
+            "alert": "MemoryBelowFloor",
+            "expr": f"{series.MEMORY_AVAILABLE} < {series.MEMORY_FLOOR}",
+            "for": "1m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Memory below the safety floor on {{ $labels.node }}",
+                "description": "Only {{ $value | humanize1024 }}B of memory is available, under "
+                "the floor the plan keeps outside vLLM. On unified-memory hosts (GB10) CPU and "
+                "GPU share it, and running out freezes the host: stop what else runs there.",
+            },
+        },
+        {
+            "alert": "RoceGidDrift",
+            "expr": f"{series.GID_DRIFT} == 1",
+            "for": "1m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "RoCE GID index drifted on {{ $labels.node }} ({{ $labels.device }})",
+                "description": "The fabric address now resolves to another GID index than the "
+                "running engine was launched with (NCCL_IB_GID_INDEX): its RDMA connections "
+                "can fail. Restart the engine so launch.sh resolves the index again.",
+            },
+        },
+        {
+            "alert": "EngineWedged",
+            "expr": f"{series.ENGINE_SINCE_TOKEN} > {ENGINE_WEDGED_SECONDS} and "
+            f"{series.ENGINE_RUNNING} > 0",
+            "for": "1m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Engine on {{ $labels.node }} is wedged",
+                "description": "Requests are running but no token has been generated for "
+                "{{ $value }} s: a rank or a collective may hang. Check every node's engine "
+                "log, then restart the engine.",
+            },
+        },
+        {
+            "alert": "DesksideExporterDown",
+            "expr": 'up{job="deskside"} == 0',
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "deskside exporter on {{ $labels.node }} is down",
+                "description": "No memory floor, GPU, GID or engine progress metrics from "
+                "{{ $labels.instance }}.",
+            },
+        },
+    ]
+
+
 def render_prometheus_config(ctx: RenderContext) -> str:
     header = comment_header(
         f"{ctx.recipe.name}: Prometheus scrape configuration (vLLM, node_exporter, deskside).",
@@ -172,8 +243,8 @@ def render_prometheus_config(ctx: RenderContext) -> str:
 
 def render_alert_rules(ctx: RenderContext) -> str:
     header = comment_header(
-        f"{ctx.recipe.name}: alert rules (engine down, KV cache usage, memory headroom, "
-        "speculative acceptance).",
+        f"{ctx.recipe.name}: alert rules (engine down or wedged, KV cache usage, memory "
+        "headroom and floor, RoCE GID drift, exporters down, speculative acceptance).",
         f"Rendered by `deskside render` from {ctx.recipe_file}.",
     )
     return yaml_text(alert_rules(ctx), header)

@@ -1,6 +1,7 @@
 """The LiteLLM proxy on the head: `cluster/litellm/config.yaml` routes the served name and
 every alias to the engine on the head (clients send the served name; docs/flagship.md #2),
-and `cluster/litellm/run-proxy.sh` starts it.
+and `cluster/litellm/run-proxy.sh` starts it (natively, or in LiteLLM's image under Compose:
+`deskside.render.services`).
 
 The master key never appears in a rendered file: the config names an environment variable
 (`os.environ/LITELLM_MASTER_KEY`, LiteLLM's own indirection) and run-proxy.sh reads the key
@@ -96,7 +97,11 @@ def render_run_proxy(ctx: RenderContext) -> str:
         "set +a",
         "# no network at start-up: use the cost map bundled with LiteLLM",
         "export LITELLM_LOCAL_MODEL_COST_MAP=True",
-        f'exec {sh(recipe.proxy.litellm)} --config "$here/config.yaml" '
+        "# the LiteLLM program: the recipe's, or the first argument (the proxy's container",
+        "# runs the one in its image)",
+        f"litellm={sh(recipe.proxy.litellm)}",
+        "if [ $# -gt 0 ]; then litellm=$1; fi",
+        'exec "$litellm" --config "$here/config.yaml" '
         f"--host {sh(recipe.head.address)} --port {recipe.proxy.port}",
     ]
     return "\n".join(lines) + "\n"

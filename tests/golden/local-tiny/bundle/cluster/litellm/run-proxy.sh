@@ -26,4 +26,8 @@ set -a
 set +a
 # no network at start-up: use the cost map bundled with LiteLLM
 export LITELLM_LOCAL_MODEL_COST_MAP=True
-exec litellm --config "$here/config.yaml" --host 10.77.0.1 --port 4000
+# the LiteLLM program: the recipe's, or the first argument (the proxy's container
+# runs the one in its image)
+litellm=litellm
+if [ $# -gt 0 ]; then litellm=$1; fi
+exec "$litellm" --config "$here/config.yaml" --host 10.77.0.1 --port 4000
