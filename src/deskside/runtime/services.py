@@ -30,11 +30,15 @@ virtualenv `deskside proxy install` makes)."""
 MANAGED_PROXY_DIR = "litellm"
 """`deskside proxy install` puts its virtualenv in $DESKSIDE_HOME/litellm."""
 
-PROGRAMS: dict[str, tuple[str, ...]] = {
-    "prometheus": ("prometheus",),
-    # Debian and Ubuntu name the binary prometheus-node-exporter; upstream node_exporter
-    "node_exporter": ("prometheus-node-exporter", "node_exporter"),
-}
+def programs(recipe: Recipe, service: str) -> tuple[str, ...]:
+    """The programs that may run `service` here: the recipe's, then upstream's name
+    (Debian and Ubuntu call node_exporter prometheus-node-exporter)."""
+    mon = recipe.monitoring
+    if service == "prometheus":
+        return (mon.prometheus,)
+    if service == "node_exporter":
+        return tuple(dict.fromkeys((mon.node_exporter, "node_exporter")))
+    return ()
 
 INSTALL_HINTS: dict[str, str] = {
     "prometheus": "install Prometheus (Debian/Ubuntu: apt install prometheus), or set "
@@ -122,7 +126,7 @@ def missing(recipe: Recipe) -> list[tuple[str, str]]:
     def installed(name: str) -> bool:
         if name == "proxy":
             return litellm_program(recipe) is not None
-        return name not in PROGRAMS or find_program(PROGRAMS[name]) is not None
+        return not programs(recipe, name) or find_program(programs(recipe, name)) is not None
 
     return [(name, INSTALL_HINTS[name]) for name in wanted(recipe) if not installed(name)]
 
@@ -167,7 +171,7 @@ def service_launches(
         )
     mon = recipe.monitoring
     if "prometheus" in names:
-        program = find_program(PROGRAMS["prometheus"]) or "prometheus"
+        program = find_program(programs(recipe, "prometheus")) or recipe.monitoring.prometheus
         argv = (
             program,
             f"--config.file={files.cluster / 'prometheus' / 'prometheus.yml'}",
@@ -185,7 +189,7 @@ def service_launches(
         )
     for node in recipe.cluster.nodes:
         if "node_exporter" in names:
-            program = find_program(PROGRAMS["node_exporter"]) or "node_exporter"
+            program = find_program(programs(recipe, "node_exporter")) or mon.node_exporter
             address = f"{node.address}:{mon.node_exporter_port}"
             out.append(
                 ServiceLaunch(
