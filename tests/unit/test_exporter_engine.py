@@ -167,3 +167,41 @@ def test_parse_stat_with_odd_command_names() -> None:
     line = "2817 (vllm (x) y) S 1 1 1 0 -1 4194560 1 0 17 0 3 9 0 0 20 0 42 0 512377 0 0"
     assert parse_stat(line) == ("S", 512377)
     assert parse_stat("garbage") is None
+
+
+# --------------------------------------------------------------------------- sysfs per scrape
+
+
+@pytest.mark.parametrize(
+    "case", ["gb10-head", "gb10-worker", "no-v2", "two-matches", "port-down", "empty-files"]
+)
+def test_scrape_source_reads_what_dirsource_reads(case: str) -> None:
+    from deskside.exporter.roce import ScrapeSource
+    from deskside.fabric.sysfs import DirSource, read_snapshot
+
+    from .exporter_cases import SYSFS
+
+    root = SYSFS / case / "sys"
+    assert (
+        read_snapshot(ScrapeSource(root)).model_dump()
+        == read_snapshot(DirSource(root)).model_dump()
+    )
+
+
+def test_scrape_source_refuses_links_out_of_the_tree(tmp_path: Path) -> None:
+    import shutil
+
+    from deskside.exporter.roce import ScrapeSource
+    from deskside.fabric.sysfs import SysfsTreeError
+
+    from .exporter_cases import SYSFS
+
+    root = tmp_path / "sys"
+    shutil.copytree(SYSFS / "gb10-head" / "sys", root, symlinks=True)
+    secret = tmp_path / "secret"
+    secret.write_text("0000:0000:0000:0000:0000:ffff:c0a8:6401\n")
+    gid = root / "class/infiniband/rocep1s0f0/ports/1/gids/9"
+    gid.unlink()
+    gid.symlink_to(secret)
+    with pytest.raises(SysfsTreeError, match="leading out of the tree"):
+        ScrapeSource(root).read("class/infiniband/rocep1s0f0/ports/1/gids/9")

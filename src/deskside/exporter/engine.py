@@ -17,6 +17,7 @@ Fetch = Callable[[str], "str | None"]
 
 TOKENS = "vllm:generation_tokens_total"
 RUNNING = "vllm:num_requests_running"
+FOLLOWED = ("vllm:generation_tokens", "vllm:num_requests_running")
 TIMEOUT_SECONDS = 2.0
 MAX_BYTES = 16 << 20  # vLLM's /metrics is ~100 KiB with every histogram
 
@@ -53,6 +54,26 @@ def http_fetch(url: str) -> str | None:
     return b"".join(chunks).decode(errors="replace")
 
 
+def relevant_lines(text: str) -> str:
+    """The lines of the families deskside reads: the followed families' samples and
+    # HELP/# TYPE lines, and vllm:*_info samples stating a version. vLLM's full
+    exposition is ~100 KiB of histograms; parsing all of it on every scrape would cost
+    more than everything else the exporter does."""
+    keep: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) > 2 and parts[1] in ("HELP", "TYPE") and parts[2].startswith(FOLLOWED):
+                keep.append(line)
+            continue
+        metric = line.split("{", 1)[0].strip().split(None, 1)[0] if line.strip() else ""
+        if metric.startswith(FOLLOWED) or (
+            metric.startswith("vllm:") and metric.endswith("_info") and "version" in line
+        ):
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
 def parse_engine(text: str) -> EngineReading:
     """Sum the samples deskside follows; an exposition that does not parse counts as an
     engine that answered with nothing deskside knows (up, no figures)."""
@@ -60,7 +81,7 @@ def parse_engine(text: str) -> EngineReading:
     running: float | None = None
     version: str | None = None
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(relevant_lines(text)):
             for s in family.samples:
                 if s.name == TOKENS:
                     tokens = (tokens or 0.0) + float(s.value)

@@ -8,8 +8,10 @@ it started with, and NCCL then talks to a GID that means something else (or noth
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from deskside.fabric.gid import (
@@ -19,7 +21,7 @@ from deskside.fabric.gid import (
     resolve_node,
     split_hca,
 )
-from deskside.fabric.sysfs import DirSource, read_snapshot
+from deskside.fabric.sysfs import DirSource, SysfsSnapshot, read_device, read_netdev
 from deskside.recipe.types import Node, Recipe
 
 
@@ -53,13 +55,52 @@ def applies(recipe: Recipe, node: Node) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class ScrapeSource(DirSource):
+    """`DirSource` with the same refusals, made cheap enough for every scrape: a directory
+    is resolved (realpath, checked inside the root) once, and a file that is not a link
+    is read from its resolved directory without resolving it again. A GID table has 256
+    slots per port, each three files: DirSource resolves every one of them twice."""
+
+    _dirs: dict[str, str | None] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def _inside(self, rel: str) -> str | None:
+        parent, _, name = rel.rpartition("/")
+        if not parent or name in ("", ".", ".."):
+            return super()._inside(rel)
+        if parent not in self._dirs:
+            self._dirs[parent] = super()._inside(parent)
+        real_parent = self._dirs[parent]
+        if real_parent is None:
+            return None
+        self._walk.tick(self.root, rel)
+        path = os.path.join(real_parent, name)
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            return None
+        return super()._inside(rel) if link else path  # links resolve as DirSource's do
+
+
 def resolve(sysfs_root: Path, node: Node) -> NodeResolution | None:
-    """The node's fresh resolution; None when the tree has no RDMA device at all."""
+    """The node's fresh resolution, reading only its listed devices and fabric netdev;
+    None when the tree has no RDMA device at all."""
     assert node.fabric is not None
-    snapshot = read_snapshot(DirSource(sysfs_root), None, [node.fabric.interface])
-    if not snapshot.devices:
+    source = ScrapeSource(sysfs_root)
+    present = set(source.listdir("class/infiniband"))
+    if not present:
         return None
-    return resolve_node(snapshot, node.fabric.address, node.fabric.hcas, node.fabric.interface)
+    wanted = dict.fromkeys(split_hca(h)[0] for h in node.fabric.hcas)
+    devices = tuple(read_device(source, name) for name in wanted if name in present)
+    interface = node.fabric.interface
+    snapshot = SysfsSnapshot(
+        source=source.describe(),
+        devices=devices,
+        netdevs={interface: read_netdev(source, interface)},
+    )
+    return resolve_node(snapshot, node.fabric.address, node.fabric.hcas, interface)
 
 
 def _launched(env: Mapping[str, str]) -> int | None:
