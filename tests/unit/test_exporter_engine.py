@@ -102,9 +102,10 @@ def test_http_fetch_through_a_mock_transport(monkeypatch: pytest.MonkeyPatch) ->
         return real_client(transport=httpx.MockTransport(handler))
 
     monkeypatch.setattr(httpx, "Client", client)
-    assert engine.http_fetch("http://head.test:8888/metrics") == text
-    assert engine.http_fetch("http://head.test:8888/other") is None
-    r = read_engine("http://head.test:8888/metrics", engine.http_fetch)
+    fetch = engine.HttpFetch()
+    assert fetch("http://head.test:8888/metrics") == text
+    assert fetch("http://head.test:8888/other") is None
+    r = read_engine("http://head.test:8888/metrics", fetch)
     assert r.up and r.tokens == exposition_sample_sum(text, "vllm:generation_tokens_total")
 
 
@@ -116,7 +117,7 @@ def test_refused_connection_is_fast_and_down() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.perf_counter()
-    assert engine.http_fetch(f"http://127.0.0.1:{port}/metrics") is None
+    assert engine.HttpFetch()(f"http://127.0.0.1:{port}/metrics") is None
     assert time.perf_counter() - t0 < 1.0
 
 

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from deskside.errors import DesksideError
 from deskside.exporter import roce, series
-from deskside.exporter.engine import EngineReading, Fetch, Progress, http_fetch, read_engine
+from deskside.exporter.engine import EngineReading, Fetch, HttpFetch, Progress, read_engine
 from deskside.exporter.gpu import Nvml, read_gpus
 from deskside.exporter.memory import floor_bytes, read_meminfo
 from deskside.exporter.running import EngineFinder
@@ -38,7 +38,7 @@ class Sources:
     sysfs_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
     engine_url: str | None = None  # the engine's /metrics; None: not scraped (workers)
-    fetch: Fetch = http_fetch
+    fetch: Fetch = field(default_factory=HttpFetch)
     nvml: Nvml | None = None
     clock: Callable[[], float] = time.monotonic
     once: bool = False  # a single collection: no memory between samples
