@@ -119,12 +119,15 @@ def main() -> None:
                 times.append((time.perf_counter() - t0) * 1000)
                 assert response.status_code == 200 and b"deskside_engine_up" in response.content
                 size = len(response.content)
-    finally:
         proc.terminate()
         proc.wait(timeout=15)
+        once = [wall([*cli, "exporter", "--once", *common], env) for _ in range(3)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=15)
         engine.shutdown()
-
-    once = [wall([*cli, "exporter", "--once", *common], env) for _ in range(3)]
+        engine.server_close()
     help_ = [wall([*cli, "--help"], env) for _ in range(3)]
     print(f"scrapes: {opts.scrapes}, exposition {size} bytes")
     print(f"once_seconds_median: {statistics.median(once):.3f}")
