@@ -1,0 +1,133 @@
+"""`deskside exporter`: the node's Prometheus exporter (deskside.exporter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from deskside.cli.common import JsonFlag, emit_json, err, fail, out, shown
+from deskside.errors import DesksideError, UsageError
+from deskside.exporter.series import EXPORTER_PORT
+
+if TYPE_CHECKING:
+    from deskside.recipe.types import Node, Recipe
+
+
+def _node(recipe: Recipe, name: str) -> Node:
+    for node in recipe.cluster.nodes:
+        if node.name == name:
+            return node
+    raise UsageError(
+        f"--node {name!r}: recipe {recipe.name} has no such node",
+        hint="nodes: " + ", ".join(n.name for n in recipe.cluster.nodes),
+    )
+
+
+def _root(path: Path, flag: str) -> Path:
+    if not path.is_dir():
+        raise UsageError(f"{flag} {path}: no such directory")
+    return path
+
+
+def _engine_url(recipe: Recipe, node: Node, given: str | None) -> str | None:
+    if given is not None:
+        if not given.startswith(("http://", "https://")):
+            raise UsageError(
+                f"--engine-url {given!r} is not an http(s) URL",
+                hint="e.g. http://127.0.0.1:8000/metrics",
+            )
+        return given
+    if node.role != "head":
+        return None  # workers run no API server
+    from deskside.engine.launch import probe_url
+
+    return probe_url(recipe) + "/metrics"
+
+
+def exporter(
+    recipe: Annotated[
+        str, typer.Option("--recipe", help="Recipe file, or an embedded recipe's name.")
+    ],
+    node: Annotated[str, typer.Option("--node", help="The recipe's node this machine is.")],
+    host: Annotated[
+        str | None,
+        typer.Option(help="Address to listen on (default: the node's address in the recipe)."),
+    ] = None,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")
+    ] = EXPORTER_PORT,
+    sysfs_root: Annotated[
+        Path, typer.Option(help="Where sysfs is (RDMA devices and their GID tables).")
+    ] = Path("/sys"),
+    proc_root: Annotated[
+        Path, typer.Option(help="Where procfs is (meminfo, the engine process).")
+    ] = Path("/proc"),
+    engine_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine's /metrics (default on the head: the recipe's engine address "
+            "and port; workers run no API server and report no engine series)."
+        ),
+    ] = None,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help="Print one exposition and exit. A single sample cannot tell how long the "
+            "token counter has stood still: deskside_engine_seconds_since_last_token is 0 "
+            "when no request runs and left out when requests run.",
+        ),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Serve this node's deskside_* series on /metrics for Prometheus: memory against the
+    plan's safety floor, RoCE GID index and drift, GPU readings (or gpu_present 0), engine
+    progress (head) and versions. Runs until SIGTERM or Ctrl-C."""
+    from deskside.exporter.collect import Sources, registry_for
+    from deskside.exporter.gpu import open_nvml
+    from deskside.exporter.serve import exposition, samples, serve
+    from deskside.home import resolve_recipe
+
+    def warn(message: str) -> None:
+        err.print(f"[yellow]warning:[/] {shown(message)}", highlight=False)
+
+    try:
+        loaded, path = resolve_recipe(recipe)
+        me = _node(loaded, node)
+        sources = Sources(
+            recipe=loaded,
+            recipe_path=path,
+            node=me,
+            sysfs_root=_root(sysfs_root, "--sysfs-root"),
+            proc_root=_root(proc_root, "--proc-root"),
+            engine_url=_engine_url(loaded, me, engine_url),
+            nvml=open_nvml(),
+            once=once,
+            warn=warn,
+        )
+        registry, _ = registry_for(sources)
+        if once:
+            if as_json:
+                emit_json({"node": me.name, "samples": samples(registry)})
+            else:
+                typer.echo(exposition(registry), nl=False)
+            return
+        address = host or me.address
+
+        def ready(bound_host: str, bound_port: int) -> None:
+            shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
+            url = f"http://{shown_host}:{bound_port}/metrics"
+            if as_json:
+                emit_json({"node": me.name, "url": url}, indent=None)
+            else:
+                out.print(
+                    f"serving {shown(url)} for node {shown(me.name)} of {shown(loaded.name)}"
+                    " (SIGTERM or Ctrl-C stops)",
+                    highlight=False,
+                )
+
+        serve(registry, address, port, ready)
+    except DesksideError as exc:
+        fail(exc, as_json)

@@ -1,0 +1,218 @@
+"""One scrape, one fresh collection: `NodeCollector` reads every source of the node each
+time Prometheus asks (meminfo, sysfs, the engine process, NVML, the engine's /metrics) and
+yields the deskside_* families. Register it on its own CollectorRegistry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from deskside.errors import DesksideError
+from deskside.exporter import roce, series
+from deskside.exporter.engine import EngineReading, Fetch, HttpFetch, Progress, read_engine
+from deskside.exporter.gpu import Nvml, read_gpus
+from deskside.exporter.memory import floor_bytes, read_meminfo
+from deskside.exporter.running import EngineFinder
+from deskside.exporter.versions import LABELS, static_versions, with_engine
+from deskside.recipe.types import Node, Recipe
+
+
+@dataclass
+class Sources:
+    """Where one node's readings come from."""
+
+    recipe: Recipe
+    recipe_path: Path
+    node: Node
+    sysfs_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+    engine_url: str | None = None  # the engine's /metrics; None: not scraped (workers)
+    fetch: Fetch = field(default_factory=HttpFetch)
+    nvml: Nvml | None = None
+    clock: Callable[[], float] = time.monotonic
+    once: bool = False  # a single collection: no memory between samples
+    warn: Callable[[str], None] = field(default=lambda message: None)
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class NodeCollector(Collector):
+    """The deskside_* series of one node of a recipe."""
+
+    def __init__(self, sources: Sources) -> None:
+        self.s = sources
+        self.node = sources.node.name
+        self.floor = floor_bytes(sources.recipe, sources.recipe_path, sources.node)
+        self.versions = static_versions(sources.recipe, sources.nvml)
+        self.finder = EngineFinder(sources.proc_root, sources.recipe.name, self.node)
+        self.progress = Progress(sources.clock, once=sources.once)
+        self._lock = threading.Lock()  # concurrent scrapes share the progress memory
+        self._warned: set[str] = set()
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:  # once per distinct problem, not every scrape
+            self._warned.add(message)
+            self.s.warn(message)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            yield from self._memory_and_gpus()
+            yield from self._roce()
+            engine = None
+            if self.s.engine_url is not None:
+                engine = read_engine(self.s.engine_url, self.s.fetch)
+                yield from self._engine_series(engine, self.progress.observe(engine))
+            vllm = engine.vllm_version if engine else None
+            info = InfoMetricFamily(
+                series.VERSIONS.removesuffix("_info"),
+                "Versions on this node: deskside, the engine's vLLM, NVIDIA driver, CUDA, "
+                f"NCCL, engine image digest ({series.UNKNOWN!r}: unknown or not applicable).",
+                labels=["node"],
+            )
+            versions = with_engine(self.versions, vllm)
+            info.add_metric([self.node], {k: versions[k] for k in LABELS})
+            yield info
+
+    def _memory_and_gpus(self) -> Iterator[Metric]:
+        n = [self.node]
+        mem = read_meminfo(self.s.proc_root)
+        if mem is None:
+            self._warn(f"{self.s.proc_root / 'meminfo'}: unreadable or without MemAvailable")
+        else:
+            total = _gauge(series.MEMORY_TOTAL, "MemTotal of the node, bytes.", ["node"])
+            total.add_metric(n, mem.total_bytes)
+            avail = _gauge(series.MEMORY_AVAILABLE, "MemAvailable of the node, bytes.", ["node"])
+            avail.add_metric(n, mem.available_bytes)
+            yield from (total, avail)
+        floor = _gauge(
+            series.MEMORY_FLOOR,
+            "The plan's safety floor: memory the plan keeps outside vLLM on the node, bytes.",
+            ["node"],
+        )
+        floor.add_metric(n, self.floor)
+        yield floor
+        gpus = read_gpus(self.s.nvml, mem)
+        present = _gauge(series.GPU_PRESENT, "GPUs NVML sees on the node (0: no GPU).", ["node"])
+        present.add_metric(n, len(gpus))
+        yield present
+        families = {
+            "memory_used_bytes": _gauge(
+                series.GPU_MEMORY_USED,
+                "GPU memory in use, bytes (unified-memory GPUs: MemTotal - MemAvailable).",
+                ["node", "gpu"],
+            ),
+            "memory_total_bytes": _gauge(
+                series.GPU_MEMORY_TOTAL,
+                "GPU memory, bytes (unified-memory GPUs: MemTotal).",
+                ["node", "gpu"],
+            ),
+            "utilization": _gauge(
+                series.GPU_UTILIZATION, "GPU busy fraction, 0-1 (NVML).", ["node", "gpu"]
+            ),
+            "power_watts": _gauge(series.GPU_POWER, "GPU power draw, watts.", ["node", "gpu"]),
+            "temperature_celsius": _gauge(
+                series.GPU_TEMPERATURE, "GPU temperature, degrees Celsius.", ["node", "gpu"]
+            ),
+        }
+        for gpu in gpus:
+            for attr, family in families.items():
+                value = getattr(gpu, attr)
+                if value is not None:
+                    family.add_metric([self.node, str(gpu.index)], value)
+        yield from (f for f in families.values() if f.samples)
+
+    def _roce(self) -> Iterator[Metric]:
+        node = self.s.node
+        if not roce.applies(self.s.recipe, node) or node.fabric is None:
+            return
+        try:
+            resolution = roce.resolve(self.s.sysfs_root, node)
+        except DesksideError as exc:
+            self._warn(f"RoCE GID index: {exc.message}")
+            return
+        if resolution is None:  # no RDMA device on this node
+            return
+        engine = self.finder()
+        reading = roce.reading(resolution, node.fabric.hcas, engine.env if engine else None)
+        if reading.error:
+            self._warn(f"RoCE GID index: {reading.error}")
+        index = _gauge(
+            series.GID_INDEX,
+            "RoCEv2 GID index the node's fabric address resolves to now (sysfs).",
+            ["node", "device", "port"],
+        )
+        for p in reading.ports:
+            index.add_metric([self.node, p.device, str(p.port)], p.gid_index)
+        if index.samples:
+            yield index
+        if not reading.drifts:  # no engine running: nothing to compare
+            return
+        launched = _gauge(
+            series.GID_LAUNCHED,
+            "NCCL_IB_GID_INDEX the running engine was started with.",
+            ["node", "device"],
+        )
+        drift = _gauge(
+            series.GID_DRIFT,
+            "1: the running engine's GID index is not the one sysfs gives now; 0: same.",
+            ["node", "device"],
+        )
+        for d in reading.drifts:
+            if d.launched is not None:
+                launched.add_metric([self.node, d.device], d.launched)
+            drift.add_metric([self.node, d.device], 1 if d.drift else 0)
+        if launched.samples:
+            yield launched
+        yield drift
+
+    def _engine_series(self, reading: EngineReading, since: float | None) -> Iterator[Metric]:
+        n = [self.node]
+        up = _gauge(series.ENGINE_UP, "1: the engine's /metrics answered this scrape.", ["node"])
+        up.add_metric(n, 1 if reading.up else 0)
+        yield up
+        if reading.tokens is not None:
+            tokens = CounterMetricFamily(
+                series.ENGINE_TOKENS,
+                "Tokens the engine generated (vllm:generation_tokens_total, summed).",
+                labels=["node"],
+            )
+            tokens.add_metric(n, reading.tokens)
+            yield tokens
+        if reading.running is not None:
+            running = _gauge(
+                series.ENGINE_RUNNING,
+                "Requests the engine runs (vllm:num_requests_running, summed).",
+                ["node"],
+            )
+            running.add_metric(n, reading.running)
+            yield running
+        if since is not None:
+            stalled = _gauge(
+                series.ENGINE_SINCE_TOKEN,
+                "Seconds since the engine last generated a token while requests run "
+                "(0: no request running).",
+                ["node"],
+            )
+            stalled.add_metric(n, since)
+            yield stalled
+
+
+def registry_for(sources: Sources) -> tuple[CollectorRegistry, NodeCollector]:
+    """A registry holding only this node's collector (no process or platform series)."""
+    registry = CollectorRegistry(auto_describe=False)
+    collector = NodeCollector(sources)
+    registry.register(collector)
+    return registry, collector
