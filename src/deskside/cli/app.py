@@ -12,7 +12,7 @@ from types import FrameType
 
 import typer
 
-from deskside.cli import bench, fabric, plan, recipe, render, run
+from deskside.cli import bench, fabric, monitor, plan, recipe, render, run
 from deskside.cli.common import err, fail, shown
 from deskside.errors import DesksideError
 
@@ -35,6 +35,8 @@ app.command()(recipe.validate)
 app.add_typer(recipe.model_app, name="model")
 app.add_typer(fabric.app, name="fabric")
 app.add_typer(bench.app, name="bench")
+app.add_typer(monitor.app, name="monitor")
+app.command()(monitor.top)
 app.add_typer(render.app)  # `render` and `diff`, top-level
 
 
