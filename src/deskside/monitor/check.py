@@ -113,6 +113,8 @@ class CheckReport:
 class Why:
     code: str
     text: str
+    subject: str | None = None  # no_traffic: the selector whose counters did not move
+    window: str | None = None
 
 
 def _prefix(name: str) -> str:
@@ -191,7 +193,15 @@ class Checker:
                     )
                 ]
         code = min((w.code for w in whys), key=PRIORITY.index)
-        return Why(code, "; ".join(dict.fromkeys(w.text for w in whys)))
+        idle = [w.subject for w in whys if w.code == "no_traffic" and w.subject]
+        texts = [w.text for w in whys if w.code != "no_traffic" or not w.subject]
+        if idle:
+            window = next(w.window for w in whys if w.code == "no_traffic")
+            texts.append(
+                f"no traffic yet: {', '.join(dict.fromkeys(idle))} did not increase in the "
+                f"last {window}"
+            )
+        return Why(code, "; ".join(dict.fromkeys(texts)))
 
     def missing(self, s: Selector) -> Why:
         """Why the selector `s` matches no series now."""
@@ -238,7 +248,12 @@ class Checker:
         moved = self.query(f"increase({window}) > 0")
         if moved.has_data:
             return None
-        return Why("no_traffic", f"no traffic yet: {s.text} did not increase in the last {s.range}")
+        return Why(
+            "no_traffic",
+            f"no traffic yet: {s.text} did not increase in the last {s.range}",
+            s.text,
+            s.range,
+        )
 
     def jobs_for(self, s: Selector) -> list[str]:
         """The scrape jobs that serve (or would serve) the series of `s`: its `job` matcher;
