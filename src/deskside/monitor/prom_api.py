@@ -22,6 +22,11 @@ UNREACHABLE_HINT = (
 Labels = dict[str, str]
 
 
+def make_client() -> httpx.Client:
+    """The HTTP client deskside's monitoring commands use (tests replace it)."""
+    return httpx.Client(timeout=TIMEOUT)
+
+
 class PrometheusUnreachable(DesksideError):
     """Prometheus does not answer, or answers something that is not its API."""
 
@@ -92,7 +97,7 @@ class Prometheus:
 
     def __init__(self, url: str, client: httpx.Client | None = None) -> None:
         self.url = url.rstrip("/")
-        self.client = client or httpx.Client(timeout=TIMEOUT)
+        self.client = client or make_client()
 
     def close(self) -> None:
         self.client.close()
@@ -103,10 +108,10 @@ class Prometheus:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _get(self, path: str, params: dict[str, str]) -> Any:
+    def _get(self, path: str, params: dict[str, str], timeout: float = TIMEOUT) -> Any:
         where = f"{self.url}{path}"
         try:
-            r = self.client.get(where, params=params, timeout=TIMEOUT)
+            r = self.client.get(where, params=params, timeout=timeout)
         except httpx.HTTPError as exc:
             raise PrometheusUnreachable(
                 f"Prometheus at {self.url} does not answer ({type(exc).__name__}: {exc})",
@@ -163,10 +168,10 @@ class Prometheus:
             )
         return found
 
-    def ready(self) -> bool:
-        """Whether the API answers at all (no error raised)."""
+    def ready(self, timeout: float = 2.0) -> bool:
+        """Whether the API answers at all, within `timeout` seconds."""
         try:
-            self.query("1")
+            self._get("/api/v1/query", {"query": "1"}, timeout)
         except DesksideError:
             return False
         return True

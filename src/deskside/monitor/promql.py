@@ -165,6 +165,13 @@ def _range(toks: list[Token], i: int) -> tuple[str | None, int]:
 def selectors(expr: str) -> list[Selector]:
     """Every vector selector of `expr`, in order (see the module docstring)."""
     toks = tokens(expr)
+    depth = 0
+    for tok in toks:
+        depth += {"(": 1, ")": -1}.get(tok.text, 0)
+        if depth < 0:
+            raise PromQLSyntaxError(f"unbalanced ')' at offset {tok.start}")
+    if depth:
+        raise PromQLSyntaxError("unbalanced parentheses")
     found: list[Selector] = []
     i = 0
     while i < len(toks):

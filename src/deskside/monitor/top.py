@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from deskside.errors import DesksideError
 from deskside.exporter import series
+from deskside.monitor import prom_api
 from deskside.monitor.prom_api import Alert, Prometheus
 from deskside.monitor.readings import (
     Endpoint,
@@ -28,8 +29,6 @@ from deskside.monitor.readings import (
 from deskside.monitor.snapshot import NodeSpec, Snapshot, build_snapshot
 from deskside.recipe.types import Recipe
 from deskside.runtime.records import RunRecord
-
-PROBE_TIMEOUT = 2.0
 
 
 def http_host(address: str) -> str:
@@ -121,7 +120,7 @@ class Watcher:
     ) -> None:
         self.target = target
         self.interval = interval
-        self.client = client or httpx.Client()
+        self.client = client or prom_api.make_client()
         self.previous: Scrape | None = None
 
     def close(self) -> None:
