@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 
 from deskside.exporter import series
+from deskside.runtime.records import RunNode, RunRecord, run_file, save_run
 
 GIB = 2**30
 
@@ -129,3 +130,40 @@ def stub_server() -> Iterator[int]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def run_record(name: str, api_url: str, address: str = "127.0.0.1") -> RunRecord:
+    """A run record of one head node `node0` at `address` (as `deskside up` writes it on
+    this machine), for commands that find the running run."""
+    return RunRecord(
+        recipe=f"/nonexistent/{name}.yaml",
+        recipe_name=name,
+        runtime="local",
+        control="process",
+        runtime_kind="native",
+        unit=f"deskside-{name}",
+        compose_project=f"deskside-{name}",
+        api_url=api_url,
+        proxy_url=None,
+        served_names=["tiny"],
+        started_at="2026-01-01T00:00:00Z",
+        nodes=[
+            RunNode(
+                name="node0",
+                role="head",
+                node_rank=0,
+                address=address,
+                ssh=None,
+                recipe_dir=str(run_file(name).parent / "nodes" / "node0"),
+            )
+        ],
+    )
+
+
+@contextlib.contextmanager
+def saved_run(record: RunRecord) -> Iterator[RunRecord]:
+    save_run(record)
+    try:
+        yield record
+    finally:
+        run_file(record.recipe_name).unlink(missing_ok=True)

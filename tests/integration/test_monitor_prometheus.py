@@ -23,9 +23,8 @@ from deskside.cli.app import app
 from deskside.monitor.check import check
 from deskside.monitor.prom_api import Prometheus
 from deskside.monitor.sources import Expression, rendered
-from deskside.runtime.records import RunNode, RunRecord, run_file, save_run
 
-from ..monitor_stub import stub_server
+from ..monitor_stub import run_record, saved_run, stub_server
 from ..unit.render_cases import LOCAL_TINY, load_and_plan
 
 pytestmark = pytest.mark.integration
@@ -165,45 +164,20 @@ def test_check_against_live_prometheus(prometheus: str) -> None:
 
 
 def test_top_once_json_reads_prometheus(prometheus: str) -> None:
-    node_dir = run_file("local-tiny").parent / "nodes" / "node0"
-    save_run(
-        RunRecord(
-            recipe="local-tiny",
-            recipe_name="local-tiny",
-            runtime="local",
-            control="process",
-            runtime_kind="native",
-            unit="deskside-local-tiny",
-            compose_project="deskside-local-tiny",
-            api_url="http://127.0.0.1:9",
-            proxy_url=None,
-            served_names=["tiny"],
-            started_at="2026-01-01T00:00:00Z",
-            nodes=[
-                RunNode(
-                    name="node0",
-                    role="head",
-                    node_rank=0,
-                    address="127.0.0.1",
-                    ssh=None,
-                    recipe_dir=str(node_dir),
-                )
-            ],
-        )
-    )
-    try:
+    """The run's node0 is the stub's node0 (Prometheus labels its series so); the engine's
+    API is not needed when Prometheus answers. The recipe's fabric interface is unknown
+    (no recipe file), so no fabric figures."""
+    with saved_run(run_record("moncheck-live", "http://127.0.0.1:9")):
         result = CliRunner().invoke(
             app, ["top", "--once", "--json", "--prometheus", prometheus], catch_exceptions=False
         )
-    finally:
-        run_file("local-tiny").unlink()
     assert result.exit_code == 0, result.output
     snap = json.loads(result.output)
     assert snap["source"] == "prometheus"
     node = snap["nodes"][0]
     assert node["name"] == "node0" and node["gpu_present"] is False
     assert node["headroom_bytes"] == 32 * 2**30 and node["below_floor"] is False
-    assert node["fabric"]["kind"] == "interface" and node["fabric"]["devices"] == ["ds-veth0"]
+    assert node["fabric"] is None and node["memory_total_bytes"] == 64 * 2**30
     engine = snap["engine"]
     assert engine["kv_cache_usage"] == 0.25 and engine["requests_waiting"] == 2
     assert engine["generation_tokens_per_s"] > 0

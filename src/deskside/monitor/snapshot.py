@@ -236,10 +236,15 @@ def engine_view(r: Readings) -> EngineView:
     tokens = _of(r.rates("vllm:generation_tokens_total"))
     if not tokens:
         tokens = _of(r.rates(series.ENGINE_TOKENS))
+    if up is None:  # no exporter: Prometheus's scrape of the engine, else its answer
+        up = _max(_of(r.values('up{job="vllm"}'))) if r.source == "prometheus" else None
+    running = _sum(_of(r.values("vllm:num_requests_running")))
+    if up is None and (kv is not None or running is not None):
+        up = 1.0
     return EngineView(
-        up=up > 0 if up is not None else (True if kv is not None else None),
+        up=up > 0 if up is not None else None,
         kv_cache_usage=kv,
-        requests_running=_sum(_of(r.values("vllm:num_requests_running"))),
+        requests_running=running,
         requests_waiting=_sum(_of(r.values("vllm:num_requests_waiting"))),
         generation_tokens_per_s=_sum(tokens),
         spec_acceptance=accepted / drafted if accepted is not None and drafted else None,
