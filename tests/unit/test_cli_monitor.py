@@ -145,3 +145,37 @@ def test_top_without_a_run() -> None:
 def test_top_rejects_a_bad_interval() -> None:
     code, _, stderr = invoke("top", "--interval", "0", "--once")
     assert code == 2 and "--interval" in stderr
+
+
+def test_check_without_monitoring_says_so(
+    monkeypatch: pytest.MonkeyPatch, tiny_recipe: str
+) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    use(monkeypatch, lambda: httpx.Client(transport=httpx.MockTransport(refuse)))
+    code, _, stderr = invoke("monitor", "check", tiny_recipe)
+    assert code == 1 and "http://10.77.0.1:9090" in stderr
+    assert "monitoring switched off" in stderr and "monitoring.enabled: true" in stderr
+
+
+class Stop(Exception):
+    pass
+
+
+def test_top_live_view_refreshes(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeProm(vectors={"vllm:num_requests_waiting": [({"node": "node0"}, 3)]})
+    use(monkeypatch, fake.client)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise Stop
+
+    monkeypatch.setattr("deskside.cli.monitor.time.sleep", sleep)
+    with saved_run(run_record("moncheck-unit", "http://10.0.0.1:8888")):
+        result = CliRunner().invoke(app, ["top", "--interval", "0.5", "--prometheus", PROM])
+    assert isinstance(result.exception, Stop) and sleeps == [0.5, 0.5]
+    assert "node0" in result.stdout
+    assert fake.asked.count("vllm:num_requests_waiting") == 2  # two snapshots

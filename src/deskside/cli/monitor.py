@@ -41,7 +41,7 @@ def check(recipe: RecipeArg, prometheus: PrometheusOpt = None, as_json: JsonFlag
     RDMA device on this machine); 1 otherwise."""
     from deskside.home import resolve_recipe
     from deskside.monitor.check import check as run_check
-    from deskside.monitor.prom_api import Prometheus
+    from deskside.monitor.prom_api import Prometheus, PrometheusUnreachable
     from deskside.monitor.sources import rendered
     from deskside.monitor.top import prometheus_url
     from deskside.monitor.view import check_table
@@ -51,14 +51,23 @@ def check(recipe: RecipeArg, prometheus: PrometheusOpt = None, as_json: JsonFlag
         loaded, path = resolve_recipe(recipe)
         monitoring = rendered(loaded, path, plan_recipe(loaded, path))
         with Prometheus(prometheus or prometheus_url(loaded)) as prom:
-            report = run_check(
-                prom,
-                monitoring.expressions,
-                scrape_interval=monitoring.scrape_interval,
-                jobs=monitoring.jobs,
-                rdma_expected=loaded.cluster.fabric.transport == "roce",
-                recipe=loaded.name,
-            )
+            try:
+                report = run_check(
+                    prom,
+                    monitoring.expressions,
+                    scrape_interval=monitoring.scrape_interval,
+                    jobs=monitoring.jobs,
+                    rdma_expected=loaded.cluster.fabric.transport == "roce",
+                    recipe=loaded.name,
+                )
+            except PrometheusUnreachable as exc:
+                if prometheus is None and not loaded.monitoring.enabled:
+                    exc.hint = (
+                        f"recipe {loaded.name} has monitoring switched off: set "
+                        "monitoring.enabled: true and run `deskside up` again, or point at a "
+                        "running Prometheus with --prometheus URL"
+                    )
+                raise
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
