@@ -38,7 +38,7 @@ def check(recipe: RecipeArg, prometheus: PrometheusOpt = None, as_json: JsonFlag
     holds now.
 
     Exits 0 when every expression has data or lacks it for a declared reason (no GPU or no
-    RDMA device on this machine); 1 otherwise."""
+    RDMA device on this machine); 1 otherwise, and when Prometheus does not answer."""
     from deskside.home import resolve_recipe
     from deskside.monitor.check import check as run_check
     from deskside.monitor.prom_api import Prometheus, PrometheusUnreachable
@@ -114,7 +114,12 @@ def top(
         if recipe is not None and Path(recipe).is_file():
             loaded = load_recipe(Path(recipe))
             name = loaded.name
-        run = find_run(name)
+        try:
+            run = find_run(name)
+        except DesksideError as exc:  # `top` names its run as an argument, not --recipe
+            if exc.hint:
+                exc.hint = exc.hint.replace("--recipe NAME", "deskside top NAME")
+            raise
         target = target_of(run, loaded or load_run_recipe(run), prometheus)
         watcher = Watcher(target, interval=interval)
     except DesksideError as exc:
