@@ -109,9 +109,16 @@ RDMA = "rate(node_infiniband_port_errors_received_total[$__rate_interval])"
         (True, ["node_infiniband_port_data_received_bytes_total"], "not_exported"),
     ],
 )
-def test_rdma_series(rdma_expected: bool, names: list[str], code: str) -> None:
-    fake = FakeProm(names=names, vectors={'up{job="node"}': [({**UP, "job": "node"}, 1)]})
-    has, got, reason = one(fake, dash(RDMA), rdma_expected=rdma_expected)
+@pytest.mark.parametrize("expr", [RDMA, series.GID_INDEX, f"max({series.GID_DRIFT}) > 0"])
+def test_rdma_series(rdma_expected: bool, names: list[str], code: str, expr: str) -> None:
+    fake = FakeProm(
+        names=names,
+        vectors={
+            'up{job="node"}': [({**UP, "job": "node"}, 1)],
+            'up{job="deskside"}': [({**UP, "job": "deskside"}, 1)],
+        },
+    )
+    has, got, reason = one(fake, dash(expr), rdma_expected=rdma_expected)
     assert (has, got) == (False, code)
     if code == "no_rdma":
         assert reason == "no RDMA device on this machine"

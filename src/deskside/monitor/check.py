@@ -12,8 +12,9 @@ selectors, see `deskside.monitor.promql`), in this order:
 - `target_down`: the scrape target that would serve a missing series is down
   (`up{job=...} == 0`): "target <job> on <instance> is down";
 - `no_gpu`: a GPU series nobody exports while `deskside_gpu_present` is 0 on every node;
-- `no_rdma`: a `node_infiniband_*` series nobody exports on a cluster without RDMA
-  devices (fabric transport not roce, or node_exporter serves no infiniband series);
+- `no_rdma`: an RDMA series (node_exporter's `node_infiniband_*`, the exporter's RoCE GID
+  series) nobody exports on a cluster without RDMA devices (fabric transport not roce, or
+  node_exporter serves no infiniband series);
 - `no_target`: Prometheus has no target of the scrape job that would serve the series;
 - `not_exported`: nobody exports the series (its name is unknown to Prometheus);
 - `no_data`: the name is known but no series matches now (stale, or labels that match
@@ -52,6 +53,7 @@ PRIORITY = (
 JOB_LOOKBACK_S = 3600.0
 GPU_PREFIX = "deskside_gpu_"
 RDMA_PREFIX = "node_infiniband_"
+RDMA_SERIES = (RDMA_PREFIX, series.GID_INDEX, series.GID_DRIFT, series.GID_LAUNCHED)
 
 
 @dataclass
@@ -223,7 +225,7 @@ class Checker:
         if name is not None and name not in self.names():
             if name.startswith(GPU_PREFIX) and name != series.GPU_PRESENT and self.no_gpu():
                 return Why("no_gpu", "no GPU on this machine")
-            if name.startswith(RDMA_PREFIX) and self.no_rdma():
+            if name.startswith(RDMA_SERIES) and self.no_rdma():
                 return Why("no_rdma", "no RDMA device on this machine")
             if unscraped:
                 return Why(
