@@ -12,7 +12,7 @@ from types import FrameType
 
 import typer
 
-from deskside.cli import bench, exporter, fabric, plan, proxy, recipe, render, run
+from deskside.cli import bench, exporter, fabric, monitor, plan, proxy, recipe, render, run
 from deskside.cli.common import err, fail, shown
 from deskside.errors import DesksideError
 
@@ -36,6 +36,8 @@ app.add_typer(recipe.model_app, name="model")
 app.add_typer(fabric.app, name="fabric")
 app.add_typer(bench.app, name="bench")
 app.add_typer(proxy.app, name="proxy")
+app.add_typer(monitor.app, name="monitor")
+app.command()(monitor.top)
 app.add_typer(render.app)  # `render` and `diff`, top-level
 app.command()(exporter.exporter)
 
