@@ -8,6 +8,7 @@ Bundle layout:
     <node>/launch.sh                  env, RoCE GID resolution, `exec vllm ...` (0755)
     <node>/deskside-<recipe>.service  systemd unit (runtime.systemd)
     <node>/monitoring.compose.yaml    monitoring.enabled: node_exporter under Docker Compose
+    <node>/recipe.yaml                monitoring.enabled: the recipe deskside's exporter reads
     <node>/deskside-<recipe>-<service>.service
                                       runtime.systemd: the node's other services: proxy,
                                       prometheus, grafana (head), node-exporter, exporter
@@ -76,6 +77,8 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
             bundle.add(
                 f"{folder}/{services.NODE_COMPOSE}", services.render_node_compose(ctx, n.name)
             )
+            # what deskside's exporter reads on the node (model paths relative to the recipe)
+            bundle.add(f"{folder}/{units.EXPORTER_RECIPE}", exporter_recipe(recipe, ctx.recipe_dir))
         for unit in units.service_units(ctx, n):
             bundle.add(f"{folder}/{unit.name}", unit.text)
     if services.cluster_services(ctx):
@@ -262,6 +265,12 @@ def _portable_path(path: str | None, recipe_dir: Path) -> str | None:
         return Path(path).relative_to(recipe_dir.absolute()).as_posix()
     except ValueError:
         return path
+
+
+def exporter_recipe(recipe: Recipe, recipe_dir: Path) -> str:
+    """The recipe as deskside's exporter reads it on a node: canonical JSON (JSON is YAML),
+    one key per line."""
+    return json.dumps(json.loads(portable_recipe_json(recipe, recipe_dir)), indent=1) + "\n"
 
 
 def portable_recipe_json(recipe: Recipe, recipe_dir: Path) -> str:

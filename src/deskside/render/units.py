@@ -17,7 +17,7 @@ configuration folders; the image has them).
 
 deskside's exporter always runs natively (`monitoring.deskside exporter ...`): it reads the
 node's sysfs, NVML and the engine's /metrics, which a container would have to be given one
-by one. It reads the recipe from `EXPORTER_RECIPE` under R/N.
+by one. It reads the recipe from `EXPORTER_RECIPE` in the node's current release.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from deskside.render.templates import render_template
 
 EXPORTER = "exporter"
 EXPORTER_RECIPE = "recipe.yaml"
-"""The recipe the exporter reads on every node, under R/N (beside the releases)."""
+"""The recipe the exporter reads on every node, in the node's bundle folder (R/N/current)."""
 
 _HARDENING = ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectControlGroups=yes")
 HARDENING = {
@@ -128,7 +128,7 @@ def _argv(ctx: RenderContext, n: NodeContext, service: str) -> list[str]:
         mon.deskside,
         "exporter",
         "--recipe",
-        f"{ctx.layout.recipe_dir}/{EXPORTER_RECIPE}",
+        f"{ctx.layout.current}/{EXPORTER_RECIPE}",
         "--node",
         n.name,
         "--host",

@@ -30,6 +30,7 @@ virtualenv `deskside proxy install` makes)."""
 MANAGED_PROXY_DIR = "litellm"
 """`deskside proxy install` puts its virtualenv in $DESKSIDE_HOME/litellm."""
 
+
 def programs(recipe: Recipe, service: str) -> tuple[str, ...]:
     """The programs that may run `service` here: the recipe's, then upstream's name
     (Debian and Ubuntu call node_exporter prometheus-node-exporter)."""
@@ -39,6 +40,7 @@ def programs(recipe: Recipe, service: str) -> tuple[str, ...]:
     if service == "node_exporter":
         return tuple(dict.fromkeys((mon.node_exporter, "node_exporter")))
     return ()
+
 
 INSTALL_HINTS: dict[str, str] = {
     "prometheus": "install Prometheus (Debian/Ubuntu: apt install prometheus), or set "
