@@ -20,16 +20,10 @@ from deskside.cli.common import (
     out,
     shown,
 )
-from deskside.demo import run_demo
 from deskside.errors import DesksideError
-from deskside.home import resolve_recipe
-from deskside.planner.inputs import plan_recipe
-from deskside.report import print_demo, print_status, print_up
-from deskside.runtime.pipeline import UpOptions
-from deskside.runtime.records import find_run, only_run_name, pick_run, run_lock
-from deskside.runtime.records import forget as forget_run
-from deskside.runtime.select import runtime_for, runtime_of
-from deskside.runtime.status import log_follow, log_tail
+
+# The runtimes, the demo and the report load inside each command: `deskside exporter` and
+# the other commands start without them.
 
 KnownHosts = Annotated[
     str | None,
@@ -54,6 +48,13 @@ def up(
     """Plan, then start every node (workers first, then the head) and wait until every
     served name answers. Nodes on this machine run as processes (or in network
     namespaces); ssh: nodes get a new release over SSH, rolled back on failure."""
+    from deskside.home import resolve_recipe
+    from deskside.planner.inputs import plan_recipe
+    from deskside.report import print_up
+    from deskside.runtime.pipeline import UpOptions
+    from deskside.runtime.records import run_lock
+    from deskside.runtime.select import runtime_for
+
     t0 = time.monotonic()
     try:
         loaded, path = resolve_recipe(recipe)
@@ -96,6 +97,10 @@ def down(
     """Stop the run: engines head first (SIGTERM, SIGKILL after a grace period, or their
     systemd unit / Compose project), then the proxy; a run on this machine also loses the
     shared memory it left and the network namespaces it created."""
+    from deskside.runtime.records import find_run, only_run_name, pick_run, run_lock
+    from deskside.runtime.records import forget as forget_run
+    from deskside.runtime.select import runtime_of
+
     if forget:
         try:
             name = run or only_run_name()
@@ -129,6 +134,10 @@ def down(
 def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag = False) -> None:
     """Per node: role, pid, state, memory; the cluster READY / STARTING / DEGRADED / DOWN
     with reasons; KV usage and requests from /metrics."""
+    from deskside.report import print_status
+    from deskside.runtime.records import find_run
+    from deskside.runtime.select import runtime_of
+
     try:
         record = find_run(run)
         st = runtime_of(record, known_hosts).status(record)
@@ -151,6 +160,10 @@ def logs(
     as_json: JsonFlag = False,
 ) -> None:
     """Print (and follow) the engine logs of the run's nodes."""
+    from deskside.runtime.records import find_run
+    from deskside.runtime.select import runtime_of
+    from deskside.runtime.status import log_follow, log_tail
+
     try:
         record = find_run(run)
         opened = runtime_of(record, known_hosts).logs(record, node)
@@ -185,6 +198,9 @@ def demo(
     """The embedded two-node run: a tiny DeepSeek-V3-architecture model, TP=2 across two
     nodes on this machine with MTP speculative decoding, real chat completions, the plan
     beside the engine's own KV line, then everything torn down."""
+    from deskside.demo import run_demo
+    from deskside.report import print_demo
+
     t0 = time.monotonic()
     try:
         with err.status("starting") as spinner:
