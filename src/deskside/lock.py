@@ -164,6 +164,9 @@ class HostDiff(BaseModel):
 
 _ENGINE_FILES = ("compose.yaml", "launch.sh", "node.env")
 _CLUSTER_SERVICES = {"litellm": "proxy", "prometheus": "prometheus", "grafana": "grafana"}
+# node files that configure a service beside the engine (what the exporter reads, the
+# node's node_exporter under Compose)
+_NODE_SERVICES = {"recipe.yaml": "exporter", "monitoring.compose.yaml": "node-exporter"}
 
 
 def _value_changes(old: Lock | None, new: Lock, host: str) -> list[str]:
@@ -222,6 +225,11 @@ def diff(old: Lock | None, new_bundle: Bundle) -> list[HostDiff]:
                 if p.startswith(CLUSTER_DIR + "/")
                 for folder, service in _CLUSTER_SERVICES.items()
                 if p.split("/")[1] == folder
+            }
+            | {
+                _NODE_SERVICES[p.split("/", 1)[-1]]
+                for p in node_files
+                if p.split("/", 1)[-1] in _NODE_SERVICES
             }
         )
         node = new.nodes.get(host) or (old.nodes.get(host) if old is not None else None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -148,13 +149,20 @@ def test_top_rejects_a_bad_interval() -> None:
 
 
 def test_check_without_monitoring_says_so(
-    monkeypatch: pytest.MonkeyPatch, tiny_recipe: str
+    monkeypatch: pytest.MonkeyPatch, tiny_recipe: str, tmp_path: Path
 ) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
+    text = Path(tiny_recipe).read_text()
+    assert "monitoring:\n" in text and "  enabled: true\n  scrape_interval" in text
+    off = tmp_path / "local-tiny.yaml"
+    off.write_text(
+        text.replace("  enabled: true\n  scrape_interval", "  enabled: false\n  scrape_interval")
+    )
+    (tmp_path / "models").symlink_to(Path(tiny_recipe).parent / "models")
     use(monkeypatch, lambda: httpx.Client(transport=httpx.MockTransport(refuse)))
-    code, _, stderr = invoke("monitor", "check", tiny_recipe)
+    code, _, stderr = invoke("monitor", "check", str(off))
     assert code == 1 and "http://10.77.0.1:9090" in stderr
     assert "monitoring switched off" in stderr and "monitoring.enabled: true" in stderr
 

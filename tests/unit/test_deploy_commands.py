@@ -165,7 +165,7 @@ def test_facts_probe_runs_here(tmp_path: Path) -> None:
             str(tmp_path / "not" / "yet"),
             python=sys.executable,
             docker=False,
-            litellm=None,
+            programs=[],
             key_file=None,
         )
         facts = pf.parse_facts(LOCAL.run(argv).stdout)
@@ -177,9 +177,7 @@ def test_facts_probe_runs_here(tmp_path: Path) -> None:
     assert facts.vllm == "0.32.0" and facts.deskside
     missing = pf.parse_facts(
         LOCAL.run(
-            pf.facts_command(
-                "/", python="no-such-python", docker=False, litellm=None, key_file=None
-            )
+            pf.facts_command("/", python="no-such-python", docker=False, programs=[], key_file=None)
         ).stdout
     )
     assert missing.python_missing
@@ -276,7 +274,7 @@ def test_proxy_key_file_checks(mode: str) -> None:
 
     recipe = load_recipe_text(json.dumps(data), "r.yaml", base_dir=Path("/tmp"))
     facts = pf.parse_facts(
-        "uid=0\nexisting=/\nwritable=1\npython=3.11\nvllm=0.32.0\ndeskside=1\nlitellm=1\n"
+        "uid=0\nexisting=/\nwritable=1\npython=3.11\nvllm=0.32.0\ndeskside=1\nprogram=litellm\n"
         + (f"key_mode={mode}\n" if mode != "600 foreign" else "key_mode=600\nkey_owner=1000\n")
     )
     found = pf.check_node(

@@ -370,7 +370,7 @@ def test_unreachable_node_fails_preflight(tmp_path: Path) -> None:
 
 def test_proxy_key_is_pushed_0600_and_never_shown(tmp_path: Path, home: Path) -> None:
     c = Cluster(tmp_path, proxy={"enabled": True, "port": 4000})
-    c.head.facts = GOOD_FACTS + "litellm=1\n"
+    c.head.facts = GOOD_FACTS + "program=litellm\n"
     report = c.deploy(proxy={"enabled": True, "port": 4000})
     assert report.ok, (report.error, report.hint)
     key_path = f"{ROOT_DIR}/ssh-tiny/secrets/proxy-master-key"

@@ -84,19 +84,22 @@ def test_diff_of_an_engine_change_restarts_every_node() -> None:
         assert f"{host}/launch.sh" in result[host].changed
         assert f"{host}/compose.yaml" in result[host].changed  # the launch hash label
         assert "engine arguments changed" in result[host].values
-    assert result["ai1"].reload == []
+    # no cluster service's configuration moved; the exporters re-read the recipe
+    assert result["ai1"].reload == ["exporter"]
 
 
-def test_diff_of_a_monitoring_change_reloads_prometheus_on_the_head_only() -> None:
+def test_diff_of_a_monitoring_change_reloads_prometheus_and_the_exporters_only() -> None:
     recipe, plan = load_and_plan(FLAGSHIP)
     old = bundle_lock(render(recipe, FLAGSHIP, plan))
     changed = recipe.model_copy(
         update={"guard": recipe.guard.model_copy(update={"kv_usage_warn": 0.8})}
     )
     result = {h.host: h for h in diff(old, render(changed, FLAGSHIP, plan))}
-    assert result["ai1"].reload == ["grafana", "prometheus"]
+    # the rules and the dashboard on the head; the recipe each node's exporter reads
+    assert result["ai1"].reload == ["exporter", "grafana", "prometheus"]
     assert not result["ai1"].restart_engine
-    assert not result["ai2"].changes_anything
+    assert result["ai2"].changed == ["ai2/recipe.yaml"]
+    assert result["ai2"].reload == ["exporter"] and not result["ai2"].restart_engine
 
 
 def test_diff_image_change_and_first_deployment() -> None:

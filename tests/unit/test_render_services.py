@@ -232,7 +232,7 @@ def test_container_units_wrap_one_compose_service(flagship: tuple[Recipe, Bundle
     exporter = _unit(bundle, "ai2", "exporter", name)
     assert "Type=simple" in exporter and "Restart=on-failure" in exporter
     assert (
-        f"ExecStart=deskside exporter --recipe /opt/deskside/{name}/recipe.yaml --node ai2 "
+        f"ExecStart=deskside exporter --recipe /opt/deskside/{name}/current/recipe.yaml --node ai2 "
         f"--host 192.168.0.176 --port {series.EXPORTER_PORT}\n"
     ) in exporter
     assert "NoNewPrivileges=yes" in exporter

@@ -24,7 +24,9 @@ from .render_cases import RECIPES, ROOT, load_and_plan
 
 GOLDEN = ROOT / "tests" / "golden"
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-CONTAINER_FACTS = GOOD_FACTS + "docker=27.3.1\ncompose=2.29.7\nsystemd=1\nlitellm=1\n"
+CONTAINER_FACTS = (
+    GOOD_FACTS + "docker=27.3.1\ncompose=2.29.7\nsystemd=1\nprogram=litellm\nprogram=deskside\n"
+)
 
 
 def dry_run(recipe_path: Path, home: Path) -> UpReport:

@@ -23,6 +23,7 @@ from deskside.runtime.control import Control
 from deskside.runtime.ops import Executed, Op
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport
 from deskside.runtime.records import NodeState, RunNode, RunRecord, save_run
+from deskside.runtime.services import ServiceLaunch
 from deskside.transport.base import Transport
 
 Clock = Callable[[], datetime]
@@ -63,6 +64,7 @@ class Deployment:
     unchanged: bool = False
     rid: str | None = None
     switched: list[str] = field(default_factory=list)
+    services: list[ServiceLaunch] = field(default_factory=list)  # the start's, to wait for
 
     @property
     def nodes(self) -> dict[str, Node]:

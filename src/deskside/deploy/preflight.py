@@ -33,7 +33,7 @@ print("deskside=" + ("1" if u.find_spec("deskside") else "0"))
 """
 
 FACTS_SH = r"""
-rd=$1; py=$2; want_docker=$3; litellm=$4; key_file=$5; probe=$6
+rd=$1; py=$2; want_docker=$3; programs=$4; key_file=$5; probe=$6
 uid=$(id -u); echo "uid=$uid"
 if [ "$uid" != 0 ]; then
   if sudo -n true 2>/dev/null; then echo sudo=1; else echo sudo=0; fi
@@ -60,7 +60,9 @@ fi
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
   echo systemd=1
 fi
-if [ -n "$litellm" ] && command -v "$litellm" >/dev/null 2>&1; then echo litellm=1; fi
+for p in $programs; do
+  if command -v "$p" >/dev/null 2>&1; then echo "program=$p"; fi
+done
 if [ -n "$key_file" ]; then
   if [ -r "$key_file" ]; then
     echo "key_mode=$(stat -c %a -- "$key_file")"
@@ -77,10 +79,11 @@ def facts_command(
     *,
     python: str | None,
     docker: bool,
-    litellm: str | None,
+    programs: Sequence[str],
     key_file: str | None,
 ) -> list[str]:
-    """`litellm`: the proxy's program to look for on the node (None: none wanted)."""
+    """`programs`: the services' programs to look for on the node (names without spaces:
+    the recipe's fields refuse them)."""
     return [
         "sh",
         "-c",
@@ -89,7 +92,7 @@ def facts_command(
         recipe_dir,
         python or "",
         "1" if docker else "0",
-        litellm or "",
+        " ".join(programs),
         key_file or "",
         PYTHON_PROBE,
     ]
@@ -111,7 +114,7 @@ class HostFacts:
     docker: str | None = None
     compose: str | None = None
     systemd: bool = False
-    litellm: bool = False
+    programs: frozenset[str] = frozenset()  # of the ones asked for, those found
     key_mode: str | None = None
     key_owner: int | None = None  # uid owning the proxy key file
 
@@ -131,11 +134,14 @@ def _port(hex_address: str) -> int | None:
 def parse_facts(stdout: str) -> HostFacts:
     values: dict[str, str] = {}
     listening: set[int] = set()
+    programs: set[str] = set()
     for line in stdout.splitlines():
         key, sep, value = line.partition("=")
         if not sep:
             continue
-        if key == "listen":
+        if key == "program":
+            programs.add(value.strip())
+        elif key == "listen":
             if (port := _port(value)) is not None:
                 listening.add(port)
         else:
@@ -163,7 +169,7 @@ def parse_facts(stdout: str) -> HostFacts:
         docker=values.get("docker") or None,
         compose=values.get("compose") or None,
         systemd=values.get("systemd") == "1",
-        litellm=values.get("litellm") == "1",
+        programs=frozenset(programs),
         key_mode=values.get("key_mode"),
         key_owner=num("key_owner"),
     )
@@ -180,6 +186,34 @@ class Finding:
 class NodeCheck:
     problems: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+def service_programs(recipe: Recipe, head: bool) -> dict[str, tuple[str, str]]:
+    """program -> (recipe field, how to get it) for each service that runs natively on a
+    node: the proxy (head) and the monitoring, unless the container runtime runs them in
+    their images; deskside's exporter always runs natively."""
+    native = recipe.runtime.kind == "native"
+    mon = recipe.monitoring
+    out: dict[str, tuple[str, str]] = {}
+    if recipe.proxy.enabled and head and native:
+        out[recipe.proxy.litellm] = (
+            "proxy.litellm",
+            "install the pinned proxy there (deskside proxy install --venv DIR) and set "
+            "proxy.litellm to DIR/bin/litellm",
+        )
+    if mon.enabled:
+        if native and head:
+            out[mon.prometheus] = ("monitoring.prometheus", "apt install prometheus")
+        if native:
+            out[mon.node_exporter] = (
+                "monitoring.node_exporter",
+                "apt install prometheus-node-exporter",
+            )
+        out[mon.deskside] = (
+            "monitoring.deskside",
+            "pip install deskside on the node, or set monitoring.deskside to its path",
+        )
+    return out
 
 
 def node_python(recipe: Recipe) -> str:
@@ -291,13 +325,10 @@ def check_node(
             "systemd is not running on the node (runtime.systemd is true)",
             "set runtime.systemd: false to let deskside start the engine itself",
         )
+    for program, (where, hint) in service_programs(recipe, node.role == "head").items():
+        if program not in facts.programs:
+            problem(f"{program} ({where}) is not found on {name}", hint)
     if recipe.proxy.enabled and node.role == "head":
-        if not facts.litellm:
-            problem(
-                f"{recipe.proxy.litellm} (proxy.litellm) is not found on the head",
-                "pip install 'litellm[proxy]' there, or set proxy.litellm to its path "
-                "(e.g. a virtualenv's bin/litellm)",
-            )
         key_file = recipe.proxy.master_key_file
         if key_file is not None:
             if facts.key_mode in (None, "missing"):

@@ -68,7 +68,7 @@ def preflight(d: Deployment) -> Outcome:
             d.layout.recipe_dir,
             python=pf.node_python(recipe) if recipe.runtime.kind == "native" else None,
             docker=recipe.runtime.kind == "container",
-            litellm=recipe.proxy.litellm if recipe.proxy.enabled and node.role == "head" else None,
+            programs=list(pf.service_programs(recipe, node.role == "head")),
             key_file=recipe.proxy.master_key_file if node.role == "head" else None,
         )
         try:

@@ -1,9 +1,10 @@
 """The deploy's last stages: engines.
 
     start      the running engines stopped (head first), then workers started, then the
-               head (and the proxy); each node's pid/log in its state file
+               head, then the services (proxy, monitoring; `deskside.deploy.services`);
+               each node's pid/log in its state file
     ready      `deskside.runtime.ready.wait_ready` over the nodes' logs and liveness, read
-               over SSH; the proxy answering when there is one
+               over SSH; every service answering
     contract   one completion for every served name, through the proxy when configured,
                else through the head
 
@@ -17,14 +18,14 @@ from collections.abc import Mapping
 
 from deskside import secrets
 from deskside.deploy.deployment import Deployment, iso
-from deskside.render.bundle import CLUSTER_DIR
-from deskside.runtime.contract import require_contract, wait_proxy
-from deskside.runtime.control import run_tag, watched
-from deskside.runtime.node_sh import RUN_TAG
+from deskside.deploy.services import service_ops
+from deskside.runtime.contract import require_contract
+from deskside.runtime.control import watched
 from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, stamp
 from deskside.runtime.pipeline import Outcome
 from deskside.runtime.ready import wait_ready
 from deskside.runtime.records import NodeState
+from deskside.runtime.service_start import wait_services
 
 
 def stop_ops(d: Deployment, states: Mapping[str, NodeState | None]) -> dict[str, list[Op]]:
@@ -62,27 +63,13 @@ def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
             log=d.layout.engine_log(rid, stamp(started)),
             what=f"starting {la.role} {node} (node rank {la.node_rank}, release {rid})",
         )
-    if d.recipe.proxy.enabled:
-        head_rid = releases[d.head]
-        release = d.layout.release(head_rid)
-        head_state = next(
-            op.state for op in ops if isinstance(op, Spawn | Record) and op.node == d.head
-        )
-        assert head_state is not None
-        ops.append(
-            Spawn(
-                d.head,
-                ("sh", f"{release}/{CLUSTER_DIR}/litellm/run-proxy.sh"),
-                ((RUN_TAG, run_tag(head_state, "proxy")),),
-                d.layout.proxy_log(head_rid, stamp(started)),
-                release,
-                "starting the LiteLLM proxy on the head",
-                d.layout,
-                "proxy",
-                None,
-            )
-        )
-    return ops
+    rid = releases[d.head]
+    states = {
+        op.node: op.state for op in ops if isinstance(op, Spawn | Record) and op.state is not None
+    }
+    services, d.services, notes = service_ops(d, rid, states)
+    d.report.notes += [n for n in notes if n not in d.report.notes]
+    return ops + services
 
 
 def start(d: Deployment) -> Outcome:
@@ -125,13 +112,16 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
         interval=d.options.poll_interval,
         client=d.http(10, secrets.engine_auth(d.recipe.name, d.recipe.proxy.enabled)),
     )
-    if d.report.proxy_url is not None:
-        wait_proxy(
-            d.http(5),
-            d.report.proxy_url,
-            min(d.options.timeout, 300),
-            d.options.poll_interval,
-            f"{d.head}: {d.layout.logs}/<release>.<start>.proxy.log",
+    if d.services:
+        wait_services(
+            d.services,
+            d.executed,
+            d.transports,
+            dict.fromkeys(d.nodes, d.layout),
+            timeout=min(d.options.timeout, 600),
+            interval=d.options.poll_interval,
+            say=d.say,
+            http_transport=d.options.http_transport,
         )
     return found.logged_kv_cache_line
 
@@ -140,8 +130,7 @@ def ready(d: Deployment) -> Outcome:
     if d.options.dry_run:
         check = f"{d.report.api_url}: /health, /v1/models lists every name, the KV line logged"
         planned = [(d.head, check)]
-        if d.report.proxy_url:
-            planned.append((d.head, f"{d.report.proxy_url}/health/liveliness"))
+        planned += [(sl.node, sl.ready_url) for sl in d.services]
         return Outcome("", planned=planned)
     d.report.logged_kv_cache_line = wait_started(d, d.executed.states)
     return Outcome(f"API {d.report.api_url} serves {', '.join(d.report.served_names)}")

@@ -105,7 +105,8 @@ def _compose_unit(ctx: RenderContext, n: NodeContext, service: str) -> str:
     )
 
 
-def _argv(ctx: RenderContext, n: NodeContext, service: str) -> list[str]:
+def program_argv(ctx: RenderContext, n: NodeContext, service: str) -> list[str]:
+    """How `service` runs natively on node `n` (also what its unit starts)."""
     recipe = ctx.recipe
     mon = recipe.monitoring
     current = ctx.layout.current
@@ -142,7 +143,7 @@ def _program_unit(ctx: RenderContext, n: NodeContext, service: str) -> str:
     return render_template(
         "program.service.j2",
         **_header(ctx, n, service),
-        start=systemd_command(_argv(ctx, n, service)),
+        start=systemd_command(program_argv(ctx, n, service)),
         netns=f"/run/netns/{n.node.netns}" if n.node.netns else None,
         hardening=HARDENING[service],
     )

@@ -72,20 +72,24 @@ class Control:
             *verb,
         ]
 
-    def unit_install(self, rid: str) -> list[list[str]]:
-        unit = self.layout.unit_name
+    def unit_install(self, rid: str, units: tuple[str, ...] = ()) -> list[list[str]]:
+        """Install and enable units of release `rid` (default: the engine's)."""
+        units = units or (self.layout.unit_name,)
         return [
-            [
-                *self.sudo,
-                "install",
-                "-m",
-                "0644",
-                "--",
-                f"{self.layout.release(rid)}/{unit}",
-                f"{UNIT_DIR}/{unit}",
-            ],
+            *(
+                [
+                    *self.sudo,
+                    "install",
+                    "-m",
+                    "0644",
+                    "--",
+                    f"{self.layout.release(rid)}/{unit}",
+                    f"{UNIT_DIR}/{unit}",
+                ]
+                for unit in units
+            ),
             [*self.sudo, "systemctl", "daemon-reload"],
-            [*self.sudo, "systemctl", "enable", "--quiet", unit],
+            [*self.sudo, "systemctl", "enable", "--quiet", *units],
         ]
 
     def start_commands(self, rid: str) -> list[list[str]]:
@@ -106,6 +110,11 @@ class Control:
         for service in state.services:
             if service.name == "proxy":
                 argv.append(self._stop_service(service, grace))
+        if state.units:
+            argv.append([*self.sudo, "systemctl", "stop", *state.units])
+        for c in state.compose:
+            compose = ["docker", "compose", "--project-name", c.project, "--file", c.file]
+            argv.append([*self.sudo, *compose, "down"])
         if self.kind == "systemd":
             argv.append([*self.sudo, "systemctl", "stop", self.layout.unit_name])
         elif self.kind == "compose":

@@ -321,7 +321,7 @@ class LocalStart:
                     str(self.run_dir),
                     f"{sl.what} on {sl.node}",
                     layout,
-                    sl.name,
+                    sl.name,  # type: ignore[arg-type]  # service_launches makes ServiceNames only
                     None,
                 )
             )

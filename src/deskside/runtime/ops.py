@@ -106,6 +106,20 @@ class Record:
 
 
 @dataclass(frozen=True)
+class Amend:
+    """Add to the node's recorded state (what else was started there) and write it."""
+
+    node: str
+    layout: NodeLayout
+    update: tuple[tuple[str, object], ...]
+    what: str
+
+    def describe(self) -> str:
+        fields = ", ".join(f"{k}={v}" for k, v in self.update)
+        return f"record {fields} in {self.layout.state_file}"
+
+
+@dataclass(frozen=True)
 class Local:
     what: str
     action: Callable[[], None] = field(repr=False, compare=False)
@@ -115,7 +129,7 @@ class Local:
         return self.what
 
 
-Op = Run | Put | Upload | Spawn | Record | Local
+Op = Run | Put | Upload | Spawn | Record | Amend | Local
 
 
 def transcript_lines(stage: str, ops: Sequence[Op]) -> list[dict[str, str]]:
@@ -189,6 +203,10 @@ def execute(
                 )
                 others = [s for s in base.services if s.name != op.record]
                 state = base.model_copy(update={"services": [*others, service]})
+            write_state(t, op.layout, state)
+            done.states[op.node] = state
+        elif isinstance(op, Amend):
+            state = done.states[op.node].model_copy(update=dict(op.update))
             write_state(t, op.layout, state)
             done.states[op.node] = state
         elif isinstance(op, Record):

@@ -60,6 +60,20 @@ class ServiceState(BaseModel):
     log: str
 
 
+UnitName = Annotated[str, Field(pattern=r"^deskside-[A-Za-z0-9_.-]{1,200}\.service$")]
+ProjectName = Annotated[str, Field(pattern=r"^deskside-[A-Za-z0-9_.-]{1,200}$")]
+
+
+class ComposeProject(BaseModel):
+    """A Compose project of services deskside brought up on a node (`docker compose
+    --project-name project --file file up`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: ProjectName
+    file: str
+
+
 class NodeState(BaseModel):
     """What deskside started on one node."""
 
@@ -78,6 +92,8 @@ class NodeState(BaseModel):
     started_epoch: int | None = None  # node clock at start (journal/compose --since)
     started_at: str
     services: list[ServiceState] = Field(default_factory=list, max_length=len(SERVICE_NAMES))
+    units: list[UnitName] = Field(default_factory=list, max_length=8)  # systemd: services' units
+    compose: list[ComposeProject] = Field(default_factory=list, max_length=4)  # their projects
 
     def service(self, name: ServiceName) -> ServiceState | None:
         return next((s for s in self.services if s.name == name), None)
@@ -178,6 +194,13 @@ def state_ok(state: NodeState, layout: NodeLayout) -> str | None:
     names = [s.name for s in state.services]
     if len(set(names)) != len(names):
         return "it records one service twice"
+    for unit in state.units:
+        if not unit.startswith(f"deskside-{state.recipe}-"):
+            return f"its unit {unit!r} is not one of the recipe's"
+    for c in state.compose:
+        parts = PurePosixPath(c.file).parts
+        if not c.file.startswith(layout.recipe_dir + "/") or ".." in parts:
+            return f"its Compose file {c.file!r} is not under {layout.recipe_dir}"
     return None
 
 

@@ -75,8 +75,10 @@ def wait_services(
                         continue
                 except httpx.HTTPError:
                     pass
-                state = done.states[sl.node].service(sl.name)
-                assert state is not None
+                node_state = done.states.get(sl.node)
+                state = node_state.service(sl.name) if node_state else None  # type: ignore[arg-type]
+                if state is None:  # under systemd or Compose: no process of deskside's own
+                    continue
                 t = transports[sl.node]
                 control = Control("process", "native", layouts[sl.node])
                 if not control.service_alive(t, state):

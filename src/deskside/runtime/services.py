@@ -21,7 +21,6 @@ from pathlib import Path
 from deskside.exporter.series import EXPORTER_PORT
 from deskside.home import deskside_home
 from deskside.recipe.types import Node, Recipe
-from deskside.runtime.records import ServiceName
 
 LITELLM_ENV = "DESKSIDE_LITELLM"
 """An explicit LiteLLM program for runs on this machine (wins over the PATH and the
@@ -69,7 +68,7 @@ ENV_FILE_PROLOGUE = 'set -a; . "$1"; set +a; shift; exec "$@"'
 class ServiceLaunch:
     """How one service starts on one node, and the URL that answers 200 once it is up."""
 
-    name: ServiceName
+    name: str  # a ServiceName, or grafana (never a recorded process)
     node: str
     argv: tuple[str, ...]
     ready_url: str
