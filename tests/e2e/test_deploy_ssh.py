@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,6 +100,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "enabled": True,
             "port": PROXY_PORT,
             "litellm": str(PROXY_BIN / "litellm"),
+        }
+        # the monitoring beside: Prometheus on the head, node_exporter and deskside's exporter
+        # on every host, as processes (Grafana runs under Docker Compose only)
+        data["monitoring"] = {
+            "enabled": True,
+            "scrape_interval": "5s",
+            "deskside": str(Path(sys.executable).parent / "deskside"),
         }
         recipes = base / "recipes"
         good = write_recipe(recipes, data, "good.yaml")
@@ -224,6 +232,37 @@ def test_the_proxy_is_the_only_door(setup: Setup) -> None:
     assert members and all(key not in m.cmdline for m in members)
 
 
+def test_monitoring_runs_on_the_hosts(setup: Setup) -> None:
+    """Prometheus on the head scrapes the engine, each host's node_exporter and deskside
+    exporter, and itself; every target is up. Each service is recorded on its host."""
+    h0 = setup.hosts.hosts[0]
+    assert {s["name"] for s in setup.state(0)["services"]} == {
+        "proxy",
+        "prometheus",
+        "node_exporter",
+        "exporter",
+    }
+    assert {s["name"] for s in setup.state(1)["services"]} == {"node_exporter", "exporter"}
+    assert any("Grafana runs under Docker Compose only" in n for n in setup.first["notes"])
+    deadline = time.monotonic() + 90
+    targets: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        answer = httpx.get(f"http://{h0.address}:9090/api/v1/targets", timeout=10).json()
+        targets = answer["data"]["activeTargets"]
+        if len(targets) == 6 and all(t["health"] == "up" for t in targets):
+            break
+        time.sleep(2)
+    assert sorted(t["labels"]["job"] for t in targets) == [
+        "deskside",
+        "deskside",
+        "node",
+        "node",
+        "prometheus",
+        "vllm",
+    ], targets
+    assert all(t["health"] == "up" for t in targets), targets
+
+
 def test_status_and_logs_over_ssh(setup: Setup) -> None:
     r = setup.cli("status", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -259,7 +298,9 @@ def test_dry_run_changes_nothing(setup: Setup) -> None:
         "contract": "planned",
     }
     spawns = [t["node"] for t in report["transcript"] if t["op"].startswith("spawn ")]
-    assert spawns == ["node1", "node0", "node0"]  # the worker, the head, the head's proxy
+    # the worker, the head, then the services: the head's proxy, Prometheus, node_exporter
+    # and exporter, the worker's node_exporter and exporter
+    assert spawns == ["node1", "node0", *["node0"] * 4, *["node1"] * 2]
     changed = {d["host"]: d for d in report["diffs"]}
     assert changed["node0"]["restart_engine"] and changed["node1"]["restart_engine"]
     assert "engine arguments changed" in changed["node0"]["values"]
@@ -314,6 +355,8 @@ def test_broken_release_rolls_back_to_the_working_one(setup: Setup) -> None:
 
 def test_down_stops_everything_over_ssh(setup: Setup) -> None:
     pids = [setup.state(0)["pid"], setup.state(1)["pid"]]
+    pids += [svc["pid"] for i in (0, 1) for svc in setup.state(i)["services"]]
+    assert len(pids) == 2 + 6
     r = setup.cli("down", "--json", timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout) == {"recipe": "ssh-tiny", "stopped": True, "leftovers": []}
