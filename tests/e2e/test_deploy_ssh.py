@@ -330,7 +330,7 @@ def test_broken_release_rolls_back_to_the_working_one(setup: Setup) -> None:
     assert setup.state(0)["release"] == good and setup.state(1)["release"] == good
     # the broken release stays on the nodes for inspection, with its log
     logs = setup.hosts.hosts[1].private_dir / "ssh-tiny" / "logs"
-    (log,) = logs.glob(f"{bad}.*.log")
+    (log,) = logs.glob(f"{bad}.*Z.log")  # the engine's (services log to .<name>.log)
     assert BAD_FLAG in log.read_text()
     stages = {s["name"]: s["seconds"] for s in report["stages"]}
     print(
