@@ -49,6 +49,30 @@ def flagship() -> tuple[Recipe, Bundle]:
     return recipe, render(recipe, FLAGSHIP, plan)
 
 
+PROXY_IMAGE = "ghcr.io/berriai/litellm:v1.108.5@sha256:" + "0" * 64  # a placeholder digest
+
+
+@pytest.fixture(scope="module")
+def flagship_proxy_image() -> tuple[Recipe, Bundle]:
+    """The flagship with proxy.image set: the proxy then runs under Compose too."""
+    recipe, plan = load_and_plan(FLAGSHIP)
+    recipe = recipe.model_copy(
+        update={"proxy": recipe.proxy.model_copy(update={"image": PROXY_IMAGE})}
+    )
+    return recipe, render(recipe, FLAGSHIP, plan)
+
+
+def test_without_an_image_the_proxy_runs_natively(flagship: tuple[Recipe, Bundle]) -> None:
+    recipe, bundle = flagship
+    assert recipe.proxy.image is None
+    assert "proxy" not in _yaml(bundle["cluster/compose.yaml"])["services"]
+    proxy = _unit(bundle, "ai1", "proxy", recipe.name)
+    assert "Type=simple" in proxy and "Restart=on-failure" in proxy
+    current = f"/opt/deskside/{recipe.name}/current"
+    assert f"ExecStart=/bin/sh {current}/cluster/litellm/run-proxy.sh\n" in proxy
+    assert "/opt/litellm/bin/litellm" in bundle["cluster/litellm/run-proxy.sh"].decode()
+
+
 @pytest.fixture(scope="module")
 def tiny() -> tuple[Recipe, Bundle]:
     return _everything(LOCAL_TINY)
@@ -141,8 +165,10 @@ def test_annotation_templates_expand_as_prometheus_does() -> None:
 # --------------------------------------------------------------------------- Compose
 
 
-def test_head_compose_runs_proxy_prometheus_grafana(flagship: tuple[Recipe, Bundle]) -> None:
-    recipe, bundle = flagship
+def test_head_compose_runs_proxy_prometheus_grafana(
+    flagship_proxy_image: tuple[Recipe, Bundle],
+) -> None:
+    recipe, bundle = flagship_proxy_image
     data = _yaml(bundle["cluster/compose.yaml"])
     assert data["name"] == "deskside-dual-spark-deepseek-v4-flash-cluster"
     assert list(data["services"]) == ["proxy", "prometheus", "grafana"]
@@ -219,8 +245,10 @@ def _unit(bundle: Bundle, node: str, service: str, recipe: str) -> str:
     return bundle[f"{node}/deskside-{recipe}-{service}.service"].decode()
 
 
-def test_container_units_wrap_one_compose_service(flagship: tuple[Recipe, Bundle]) -> None:
-    _, bundle = flagship
+def test_container_units_wrap_one_compose_service(
+    flagship_proxy_image: tuple[Recipe, Bundle],
+) -> None:
+    _, bundle = flagship_proxy_image
     name = "dual-spark-deepseek-v4-flash"
     proxy = _unit(bundle, "ai1", "proxy", name)
     assert "Type=oneshot" in proxy and "Requires=docker.service" in proxy
@@ -294,8 +322,8 @@ def test_no_service_units_without_systemd() -> None:
 # --------------------------------------------------------------------------- lock, recipe
 
 
-def test_lock_lists_the_services(flagship: tuple[Recipe, Bundle]) -> None:
-    recipe, bundle = flagship
+def test_lock_lists_the_services(flagship_proxy_image: tuple[Recipe, Bundle]) -> None:
+    recipe, bundle = flagship_proxy_image
     services = json.loads(bundle[LOCK_PATH])["services"]
     name = recipe.name
     assert services["units"]["ai2"] == [
@@ -314,8 +342,8 @@ def test_lock_lists_the_services(flagship: tuple[Recipe, Bundle]) -> None:
     assert services["proxy"]["image"] == recipe.proxy.image
 
 
-def test_placeholder_digests_are_noted(flagship: tuple[Recipe, Bundle]) -> None:
-    _, bundle = flagship
+def test_placeholder_digests_are_noted(flagship_proxy_image: tuple[Recipe, Bundle]) -> None:
+    _, bundle = flagship_proxy_image
     assert any(n.startswith("proxy.image (ghcr.io/berriai/litellm:") for n in bundle.notes)
     assert not any("monitoring.images" in n for n in bundle.notes)
 

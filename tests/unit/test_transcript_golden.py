@@ -25,7 +25,9 @@ from .render_cases import RECIPES, ROOT, load_and_plan
 GOLDEN = ROOT / "tests" / "golden"
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 CONTAINER_FACTS = (
-    GOOD_FACTS + "docker=27.3.1\ncompose=2.29.7\nsystemd=1\nprogram=litellm\nprogram=deskside\n"
+    GOOD_FACTS
+    + "docker=27.3.1\ncompose=2.29.7\nsystemd=1\n"
+    + "".join(f"program={p}\n" for p in ("/opt/litellm/bin/litellm", "deskside"))
 )
 
 

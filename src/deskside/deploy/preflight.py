@@ -195,7 +195,7 @@ def service_programs(recipe: Recipe, head: bool) -> dict[str, tuple[str, str]]:
     native = recipe.runtime.kind == "native"
     mon = recipe.monitoring
     out: dict[str, tuple[str, str]] = {}
-    if recipe.proxy.enabled and head and native:
+    if recipe.proxy.enabled and head and (native or recipe.proxy.image is None):
         out[recipe.proxy.litellm] = (
             "proxy.litellm",
             "install the pinned proxy there (deskside proxy install --venv DIR) and set "

@@ -113,7 +113,10 @@ def service_ops(
                 up += ("--file", c.file, "up", "--detach", "--remove-orphans")
                 ops.append(Run(n.name, up, f"starting {c.project} on {n.name}", 900))
             ops.append(Amend(n.name, d.layout, (("compose", projects),), "recording the services"))
-            spawned = [units.EXPORTER] if units.EXPORTER in names else []
+            # natively: the exporter, and the proxy when it has no image
+            in_compose = rendered.cluster_services(ctx) if n.node.role == "head" else []
+            spawned = [s for s in names if s in (units.EXPORTER, rendered.PROXY)]
+            spawned = [s for s in spawned if s not in in_compose]
         else:
             spawned = [s for s in names if s != rendered.GRAFANA]
             if rendered.GRAFANA in names:

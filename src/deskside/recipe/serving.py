@@ -62,10 +62,6 @@ NODE_EXPORTER_IMAGE = (
 PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
 """An all-zero digest: a placeholder to replace with the tag's real digest (`deskside
 render` notes every image that still has one)."""
-LITELLM_IMAGE = f"ghcr.io/berriai/litellm:v1.108.5@{PLACEHOLDER_DIGEST}"
-"""LiteLLM 1.108.5, the version deskside is tested with. The digest is a placeholder: set
-proxy.image to the tag pinned by its real digest (`docker buildx imagetools inspect
-ghcr.io/berriai/litellm:v1.108.5`)."""
 
 WeightsFormat = Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp8+mxfp4"]
 
@@ -323,11 +319,12 @@ class Proxy(BaseModel):
         None,
         description="File on the head node holding the proxy's master key. None: no key.",
     )
-    image: PinnedImage = Field(
-        LITELLM_IMAGE,
-        description="The LiteLLM image the container runtime runs the proxy from, pinned by "
-        "digest. The default's digest is a placeholder: replace it with the real digest of "
-        "ghcr.io/berriai/litellm:v1.108.5.",
+    image: PinnedImage | None = Field(
+        None,
+        description="A LiteLLM image (pinned by digest, e.g. ghcr.io/berriai/litellm:v1.108.5"
+        "@sha256:...) for the container runtime to run the proxy from under Docker Compose. "
+        "None: the proxy runs natively on the head under every runtime, from proxy.litellm "
+        "(`deskside proxy install --venv /opt/litellm` installs the tested version).",
     )
 
 

@@ -52,8 +52,11 @@ def data_dir(ctx: RenderContext, service: str) -> str:
 
 
 def cluster_services(ctx: RenderContext) -> list[str]:
+    """The head's services under Docker Compose: the proxy when it has an image, the
+    monitoring's Prometheus and Grafana."""
     recipe = ctx.recipe
-    return [PROXY] * recipe.proxy.enabled + [PROMETHEUS, GRAFANA] * recipe.monitoring.enabled
+    proxy = recipe.proxy.enabled and recipe.proxy.image is not None
+    return [PROXY] * proxy + [PROMETHEUS, GRAFANA] * recipe.monitoring.enabled
 
 
 def _url(host: str, port: int, path: str) -> str:
@@ -92,6 +95,7 @@ def proxy_service(ctx: RenderContext) -> dict[str, Any]:
     recipe = ctx.recipe
     head = recipe.head
     key, engine_env = master_key_path(ctx), ctx.layout.engine_env
+    assert recipe.proxy.image is not None  # cluster_services: the proxy has an image
     return {
         **_base(ctx, recipe.proxy.image, PROXY, head.name),
         # run-proxy.sh reads both keys from their files and starts the image's `litellm`

@@ -167,7 +167,11 @@ def service_units(ctx: RenderContext, n: NodeContext) -> list[Unit]:
     container = ctx.recipe.runtime.kind == "container"
     units = []
     for service in node_services(ctx, n):
-        compose = service == GRAFANA or (container and service != EXPORTER)
+        compose = service == GRAFANA or (
+            container
+            and service != EXPORTER
+            and not (service == PROXY and ctx.recipe.proxy.image is None)
+        )
         make = _compose_unit if compose else _program_unit
         units.append(Unit(n.name, service, unit_name(ctx, service), make(ctx, n, service)))
     return units

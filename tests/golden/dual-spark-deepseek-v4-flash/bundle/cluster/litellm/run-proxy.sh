@@ -28,6 +28,6 @@ set +a
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 # the LiteLLM program: the recipe's, or the first argument (the proxy's container
 # runs the one in its image)
-litellm=litellm
+litellm=/opt/litellm/bin/litellm
 if [ $# -gt 0 ]; then litellm=$1; fi
 exec "$litellm" --config "$here/config.yaml" --host 192.168.0.27 --port 4000
