@@ -32,6 +32,7 @@ import pytest
 from .. import procs
 from ..cli_process import deskside as run_deskside
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from ..prometheus_targets import active_targets
 from ..sshd_hosts import SshHosts, can_run, ssh_hosts
 
 pytestmark = pytest.mark.e2e
@@ -244,14 +245,7 @@ def test_monitoring_runs_on_the_hosts(setup: Setup) -> None:
     }
     assert {s["name"] for s in setup.state(1)["services"]} == {"node_exporter", "exporter"}
     assert any("Grafana runs under Docker Compose only" in n for n in setup.first["notes"])
-    deadline = time.monotonic() + 90
-    targets: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        answer = httpx.get(f"http://{h0.address}:9090/api/v1/targets", timeout=10).json()
-        targets = answer["data"]["activeTargets"]
-        if len(targets) == 6 and all(t["health"] == "up" for t in targets):
-            break
-        time.sleep(2)
+    targets = active_targets(f"http://{h0.address}:9090", 6)
     assert sorted(t["labels"]["job"] for t in targets) == [
         "deskside",
         "deskside",

@@ -22,6 +22,7 @@ import pytest
 
 from .. import procs
 from ..cli_process import deskside as run_deskside
+from ..prometheus_targets import active_targets
 
 pytestmark = pytest.mark.e2e
 
@@ -147,15 +148,8 @@ DECLARED_ABSENT = {"no GPU on this machine", "no RDMA device on this machine"}
 def test_every_prometheus_target_is_up(cluster: dict[str, object]) -> None:
     """Prometheus (in the head's namespace) scrapes the engine, both node_exporters, both
     deskside exporters and itself, and every target is up."""
-    deadline = time.monotonic() + 90
-    targets: list[dict[str, object]] = []
-    while time.monotonic() < deadline:
-        answer = httpx.get(f"{PROMETHEUS}/api/v1/targets", timeout=10).json()
-        targets = answer["data"]["activeTargets"]
-        if len(targets) == 6 and all(t["health"] == "up" for t in targets):
-            break
-        time.sleep(2)
-    seen = sorted((t["labels"]["job"], t["labels"].get("node", "")) for t in targets)  # type: ignore[index]
+    targets = active_targets(PROMETHEUS, 6)
+    seen = sorted((t["labels"]["job"], t["labels"].get("node", "")) for t in targets)
     assert seen == [
         ("deskside", "node0"),
         ("deskside", "node1"),

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import get_args
 
 from deskside.deploy.deployment import Deployment
-from deskside.exporter.series import EXPORTER_PORT
 from deskside.render import services as rendered
 from deskside.render import units
 from deskside.render.context import NodeContext, RenderContext, build_context
@@ -26,7 +25,7 @@ from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG
 from deskside.runtime.ops import Amend, Op, Run, Spawn
 from deskside.runtime.records import ComposeProject, NodeState, ServiceName
-from deskside.runtime.services import ServiceLaunch
+from deskside.runtime.services import ServiceLaunch, ready_url
 
 RECORDED: dict[str, ServiceName] = {
     rendered.PROXY: "proxy",
@@ -37,20 +36,8 @@ RECORDED: dict[str, ServiceName] = {
 assert set(RECORDED.values()) == set(get_args(ServiceName))
 
 
-def _url(host: str, port: int, path: str) -> str:
-    return f"http://{host}:{port}{path}"
-
-
-def ready_url(ctx: RenderContext, n: NodeContext, service: str) -> str:
-    recipe, mon = ctx.recipe, ctx.recipe.monitoring
-    head = recipe.head.address
-    return {
-        rendered.PROXY: _url(head, recipe.proxy.port, "/health/liveliness"),
-        rendered.PROMETHEUS: _url(head, mon.prometheus_port, "/-/ready"),
-        rendered.GRAFANA: _url(head, mon.grafana_port, "/api/health"),
-        rendered.NODE_EXPORTER: _url(n.node.address, mon.node_exporter_port, "/metrics"),
-        units.EXPORTER: _url(n.node.address, EXPORTER_PORT, "/metrics"),
-    }[service]
+def _ready_url(ctx: RenderContext, n: NodeContext, service: str) -> str:
+    return ready_url(ctx.recipe, n.node, RECORDED.get(service, service))
 
 
 def _launch(ctx: RenderContext, n: NodeContext, service: str) -> ServiceLaunch:
@@ -59,7 +46,7 @@ def _launch(ctx: RenderContext, n: NodeContext, service: str) -> ServiceLaunch:
         RECORDED.get(service, service),
         n.name,
         tuple(units.program_argv(ctx, n, service)) if native else (),
-        ready_url(ctx, n, service),
+        _ready_url(ctx, n, service),
         units.WHAT[service],
     )
 

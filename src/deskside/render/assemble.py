@@ -142,9 +142,7 @@ def _notes(ctx: RenderContext) -> list[str]:
 def _service_images(recipe: Recipe) -> list[tuple[str, str]]:
     """The Compose images of the services the recipe turns on, with their recipe fields."""
     out = (
-        [("proxy.image", recipe.proxy.image)]
-        if recipe.proxy.enabled and recipe.proxy.image
-        else []
+        [("proxy.image", recipe.proxy.image)] if recipe.proxy.enabled and recipe.proxy.image else []
     )
     if recipe.monitoring.enabled:
         images = recipe.monitoring.images

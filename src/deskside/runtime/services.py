@@ -132,7 +132,16 @@ def missing(recipe: Recipe) -> list[tuple[str, str]]:
     return [(name, INSTALL_HINTS[name]) for name in wanted(recipe) if not installed(name)]
 
 
-def _url(host: str, port: int, path: str) -> str:
+def ready_url(recipe: Recipe, node: Node, service: str) -> str:
+    """The URL that answers 200 once `service` (a ServiceName, or grafana) runs on `node`."""
+    mon, head = recipe.monitoring, recipe.head.address
+    host, port, path = {
+        "proxy": (head, recipe.proxy.port, "/health/liveliness"),
+        "prometheus": (head, mon.prometheus_port, "/-/ready"),
+        "grafana": (head, mon.grafana_port, "/api/health"),
+        "node_exporter": (node.address, mon.node_exporter_port, "/metrics"),
+        "exporter": (node.address, EXPORTER_PORT, "/metrics"),
+    }[service]
     return f"http://{host}:{port}{path}"
 
 
@@ -166,7 +175,7 @@ def service_launches(
                 "proxy",
                 head.name,
                 argv,
-                _url(head.address, port, "/health/liveliness"),
+                ready_url(recipe, head, "proxy"),
                 "starting the LiteLLM proxy",
             )
         )
@@ -184,7 +193,7 @@ def service_launches(
                 "prometheus",
                 head.name,
                 argv,
-                _url(head.address, mon.prometheus_port, "/-/ready"),
+                ready_url(recipe, head, "prometheus"),
                 "starting Prometheus",
             )
         )
@@ -197,7 +206,7 @@ def service_launches(
                     "node_exporter",
                     node.name,
                     (program, f"--web.listen-address={address}"),
-                    _url(node.address, mon.node_exporter_port, "/metrics"),
+                    ready_url(recipe, node, "node_exporter"),
                     "starting node_exporter",
                 )
             )
@@ -221,7 +230,7 @@ def service_launches(
                     "exporter",
                     node.name,
                     argv,
-                    _url(node.address, EXPORTER_PORT, "/metrics"),
+                    ready_url(recipe, node, "exporter"),
                     "starting deskside's exporter",
                 )
             )
