@@ -192,6 +192,8 @@ class FakeHost(FakeTransport):
             return Result(0, "".join(line + "\n" for line in lines), "")
         if a == ["date", "+%s"]:
             return Result(0, "1700000000\n", "")
+        if a[:2] == ["docker", "ps"]:  # the running containers of a Compose project
+            return Result(0, "c0ffee\n" if self.container_up else "", "")
         if "docker" in a and "compose" in a:
             if "up" in a:
                 self._container_start()
@@ -205,7 +207,7 @@ class FakeHost(FakeTransport):
             return Result(0, "", "")
         if a[:2] == ["systemctl", "restart"]:
             self._container_start()
-        if a[:2] == ["systemctl", "stop"]:
+        if a[:2] == ["systemctl", "stop"] or a[:3] == ["systemctl", "disable", "--now"]:
             self.container_up = False
         return Result(0, "", "")
 

@@ -164,7 +164,7 @@ def test_facts_probe_runs_here(tmp_path: Path) -> None:
         argv = pf.facts_command(
             str(tmp_path / "not" / "yet"),
             python=sys.executable,
-            docker=False,
+            compose=None,
             programs=[],
             key_file=None,
         )
@@ -177,7 +177,7 @@ def test_facts_probe_runs_here(tmp_path: Path) -> None:
     assert facts.vllm == "0.32.0" and facts.deskside
     missing = pf.parse_facts(
         LOCAL.run(
-            pf.facts_command("/", python="no-such-python", docker=False, programs=[], key_file=None)
+            pf.facts_command("/", python="no-such-python", compose=None, programs=[], key_file=None)
         ).stdout
     )
     assert missing.python_missing

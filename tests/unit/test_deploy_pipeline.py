@@ -436,13 +436,13 @@ def test_container_runtime_with_systemd_installs_and_restarts_units(tmp_path: Pa
         order.append(c.journal.entries.index((host.label, "run", ("systemctl", "restart", unit))))
         assert not c.journal.index(host.label, "spawn")
     assert order[1] < order[0]  # the worker's unit restarted before the head's
-    # a new release stops the running units first, head first
+    # a new release stops (and disables) the running units first, head first; its start
+    # enables them again
     mark = len(c.journal.entries)
     again = _container(c, engine__max_num_seqs=5)
     assert again.ok, again.error
-    stops = [
-        i for i, e in enumerate(c.journal.entries[mark:]) if e[2] == ("systemctl", "stop", unit)
-    ]
+    stop = ("systemctl", "disable", "--now", "--quiet", unit)
+    stops = [i for i, e in enumerate(c.journal.entries[mark:]) if e[2] == stop]
     assert [c.journal.entries[mark + i][0] for i in stops] == ["node0", "node1"]
 
 

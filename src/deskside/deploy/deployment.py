@@ -112,6 +112,7 @@ class Deployment:
                 runtime="ssh",
                 control=self.controls[self.head].kind if self.controls else "process",
                 runtime_kind=recipe.runtime.kind,
+                compose_program=recipe.runtime.compose,
                 unit=self.layout.unit_name,
                 compose_project=self.layout.compose_project,
                 api_url=self.report.api_url,

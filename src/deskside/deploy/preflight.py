@@ -33,7 +33,7 @@ print("deskside=" + ("1" if u.find_spec("deskside") else "0"))
 """
 
 FACTS_SH = r"""
-rd=$1; py=$2; want_docker=$3; programs=$4; key_file=$5; probe=$6
+rd=$1; py=$2; compose=$3; programs=$4; key_file=$5; probe=$6
 uid=$(id -u); echo "uid=$uid"
 if [ "$uid" != 0 ]; then
   if sudo -n true 2>/dev/null; then echo sudo=1; else echo sudo=0; fi
@@ -53,9 +53,11 @@ if [ -n "$py" ]; then
     echo python_missing=1
   fi
 fi
-if [ "$want_docker" = 1 ]; then
+if [ -n "$compose" ]; then
   echo "docker=$(docker version --format '{{.Server.Version}}' 2>/dev/null)"
-  echo "compose=$(docker compose version --short 2>/dev/null)"
+  # the Compose program is one or two words ("docker compose", "docker-compose")
+  # shellcheck disable=SC2086
+  echo "compose=$($compose version --short 2>/dev/null)"
 fi
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
   echo systemd=1
@@ -78,7 +80,7 @@ def facts_command(
     recipe_dir: str,
     *,
     python: str | None,
-    docker: bool,
+    compose: str | None,
     programs: Sequence[str],
     key_file: str | None,
 ) -> list[str]:
@@ -91,7 +93,7 @@ def facts_command(
         "sh",
         recipe_dir,
         python or "",
-        "1" if docker else "0",
+        compose or "",
         " ".join(programs),
         key_file or "",
         PYTHON_PROBE,
@@ -319,7 +321,18 @@ def check_node(
                 "install Docker Engine and start it (systemctl enable --now docker)",
             )
         if facts.compose is None:
-            problem("Docker Compose v2 is missing", "install the docker-compose-plugin package")
+            if recipe.runtime.compose == "docker compose":
+                problem(
+                    "Docker Compose v2 (docker compose) is missing",
+                    "install the docker-compose-plugin package, or set runtime.compose: "
+                    "docker-compose where the standalone docker-compose (1.29) is installed",
+                )
+            else:
+                problem(
+                    "docker-compose is missing (runtime.compose: docker-compose)",
+                    "install docker-compose, or set runtime.compose: docker compose to use "
+                    "the Docker CLI plugin",
+                )
     if recipe.runtime.systemd and not facts.systemd:
         problem(
             "systemd is not running on the node (runtime.systemd is true)",

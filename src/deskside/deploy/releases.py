@@ -7,10 +7,13 @@ here runs anything. The layout is `deskside.layout.NodeLayout`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import PurePosixPath
 
 from deskside.layout import NodeLayout
+from deskside.recipe.types import Recipe
+from deskside.render.services import GRAFANA, PROMETHEUS
 from deskside.runtime.ops import stamp
 
 RELEASE_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}(?:-[0-9]+)?")
@@ -24,10 +27,11 @@ def release_id(when: datetime, lock_sha256: str) -> str:
 # --------------------------------------------------------------------------- releases
 
 
-def prepare_dirs(layout: NodeLayout, container: bool) -> list[str]:
-    """Create the recipe's folders on the node (`mkdir -p` changes no mode)."""
-    dirs = [layout.releases, layout.logs, *([layout.cache] if container else [])]
-    return ["mkdir", "-p", "--", *dirs]
+def prepare_dirs(layout: NodeLayout, container_mounts: Sequence[str] = ()) -> list[str]:
+    """Create the recipe's folders on the node (`mkdir -p` changes no mode), and the
+    sources of the container's bind mounts deskside owns (the caches): Compose files
+    never ask Docker to create them, as v1.29 cannot."""
+    return ["mkdir", "-p", "--", layout.releases, layout.logs, *container_mounts]
 
 
 def clear_staging(layout: NodeLayout, rid: str) -> list[str]:
@@ -118,3 +122,14 @@ def swap_model_folder(staging: str, target: str) -> list[str]:
     """Put a completely uploaded model folder in place of the previous one."""
     old = f"{target}.old"
     return ["sh", "-c", MODEL_SWAP_SH, "sh", staging, target, old]
+
+
+def container_mounts(recipe: Recipe, layout: NodeLayout, head: bool) -> tuple[str, ...]:
+    """The bind-mount sources of a node's containers that deskside owns and creates: the
+    caches, and on the head the monitoring services' data (none for the native runtime)."""
+    if recipe.runtime.kind != "container":
+        return ()
+    dirs = [layout.cache, recipe.runtime.hf_cache]
+    if head and recipe.monitoring.enabled:
+        dirs += [f"{layout.recipe_dir}/data/{service}" for service in (PROMETHEUS, GRAFANA)]
+    return tuple(dirs)

@@ -96,8 +96,8 @@ def service_ops(
                     )
                 )
             for c in projects:
-                up = (*control.sudo, "docker", "compose", "--project-name", c.project)
-                up += ("--file", c.file, "up", "--detach", "--remove-orphans")
+                up = (*control.sudo, *control.compose_file(c.project, c.file, "up"))
+                up += ("--detach", "--remove-orphans")
                 ops.append(Run(n.name, up, f"starting {c.project} on {n.name}", 900))
             ops.append(Amend(n.name, d.layout, (("compose", projects),), "recording the services"))
             # natively: the exporter, and the proxy when it has no image

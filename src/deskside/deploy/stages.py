@@ -59,7 +59,10 @@ def preflight(d: Deployment) -> Outcome:
     findings: list[pf.Finding] = []
     need = _upload_bytes(d) + MIB
     base = Control(
-        control_kind(recipe.runtime.systemd, recipe.runtime.kind), recipe.runtime.kind, d.layout
+        control_kind(recipe.runtime.systemd, recipe.runtime.kind),
+        recipe.runtime.kind,
+        d.layout,
+        compose_program=recipe.runtime.compose,
     )
     head_launch = d.launch(d.head)
     for node in recipe.cluster.nodes:
@@ -67,7 +70,7 @@ def preflight(d: Deployment) -> Outcome:
         argv = pf.facts_command(
             d.layout.recipe_dir,
             python=pf.node_python(recipe) if recipe.runtime.kind == "native" else None,
-            docker=recipe.runtime.kind == "container",
+            compose=recipe.runtime.compose if recipe.runtime.kind == "container" else None,
             programs=list(pf.service_programs(recipe, node.role == "head")),
             key_file=recipe.proxy.master_key_file if node.role == "head" else None,
         )
@@ -291,12 +294,12 @@ def push(d: Deployment) -> Outcome:
         return Outcome("nothing changed and every engine runs", skipped=True)
     rid = _new_release_id(d, d.bundle[lockfile.LOCK_PATH])
     d.rid = rid
-    container = d.recipe.runtime.kind == "container"
     ops: list[Op] = []
     for node in d.recipe.cluster.nodes:
         name = node.name
+        mounts = rel.container_mounts(d.recipe, d.layout, node.role == "head")
         staging = d.layout.staging(rid)
-        ops.append(Run(name, tuple(rel.prepare_dirs(d.layout, container)), "creating folders"))
+        ops.append(Run(name, tuple(rel.prepare_dirs(d.layout, mounts)), "creating folders"))
         ops.append(
             Run(name, tuple(rel.clear_staging(d.layout, rid)), "clearing the staging folder")
         )

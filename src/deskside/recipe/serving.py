@@ -20,7 +20,7 @@ from deskside.recipe.rules import (
     managed_flag_problems,
     model_source_problems,
 )
-from deskside.recipe.text import BindHost, ServedName, Text
+from deskside.recipe.text import BindHost, BindMount, ServedName, Text
 from deskside.recipe.values import (
     MAX_BATCHED_TOKENS,
     MAX_LIST,
@@ -297,6 +297,26 @@ class Runtime(BaseModel):
     )
     systemd: bool = Field(
         True, description="Install systemd units so the service comes back after a reboot."
+    )
+    compose: Literal["docker compose", "docker-compose"] = Field(
+        "docker compose",
+        description="container: the Compose program on the nodes, the Docker CLI plugin "
+        "(Compose v2) or the standalone 'docker-compose' (v1.29, as Debian ships it). The "
+        "rendered files are in the part of the Compose format both accept.",
+    )
+    memory_max: PositiveByteSize | None = Field(
+        None,
+        description="Memory limit of the engine on each node (systemd MemoryMax=, Compose "
+        "mem_limit): past it the kernel stops the engine, which restarts, instead of the "
+        "node running out of memory. None: the hardware's memory less its safety floor "
+        "when the hardware profile knows its memory (GB10: 100.6 GiB); no limit on CPU "
+        "profiles.",
+    )
+    volumes: list[BindMount] = Field(
+        default_factory=list,
+        max_length=MAX_LIST,
+        description="container: more folders of the node mounted into the engine container, "
+        "'SOURCE:TARGET' or 'SOURCE:TARGET:ro' (e.g. a patched vLLM checkout).",
     )
 
 

@@ -126,6 +126,24 @@ def _absolute_path(value: str) -> str:
 
 AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
 
+
+def _bind_mount(value: str) -> str:
+    parts = value.split(":")
+    mode_ok = len(parts) == 2 or (len(parts) == 3 and parts[2] in ("ro", "rw"))
+    if not mode_ok or not all(p.startswith("/") for p in parts[:2]):
+        raise refuse(
+            f"{_short(value)} is not a bind mount 'SOURCE:TARGET' or 'SOURCE:TARGET:ro'",
+            "write two absolute paths without ':' in them, e.g. '/opt/venv:/opt/venv:ro'",
+        )
+    for path in parts[:2]:
+        _absolute_path(path)
+    return value
+
+
+BindMount = Annotated[str, AfterValidator(_bind_mount)]
+"""'SOURCE:TARGET[:ro|:rw]', two absolute paths: a folder of the node in the container."""
+
+
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]")
 """Addresses that bind every address of the head (deskside.engine.launch reads the same)."""
 
@@ -177,6 +195,7 @@ __all__ = [
     "WILDCARD_HOSTS",
     "AbsolutePath",
     "BindHost",
+    "BindMount",
     "NoSpace",
     "ServedName",
     "Text",

@@ -45,7 +45,9 @@ def python_check(url: str, start_period: str) -> dict[str, Any]:
     }
 
 
-def bind(source: str, target: str, *, read_only: bool = False, create: bool = False) -> Any:
+def bind(source: str, target: str, *, read_only: bool = False) -> Any:
+    """A long-syntax bind mount. Its source must exist: deskside creates the caches when it
+    deploys (`bind.create_host_path` would, but Compose v1.29 refuses that key)."""
     volume: dict[str, Any] = {
         "type": "bind",
         "source": compose_string(source),
@@ -53,9 +55,13 @@ def bind(source: str, target: str, *, read_only: bool = False, create: bool = Fa
     }
     if read_only:
         volume["read_only"] = True
-    if create:
-        volume["bind"] = {"create_host_path": True}
     return volume
+
+
+def extra_bind(spec: str) -> Any:
+    """A `runtime.volumes` entry, 'SOURCE:TARGET[:ro|:rw]'."""
+    source, target, *mode = spec.split(":")
+    return bind(source, target, read_only=mode == ["ro"])
 
 
 def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[str, Any]:
@@ -64,12 +70,13 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
     assert recipe.engine.image is not None  # the recipe rules require it for containers
     volumes = [
         bind("./launch.sh", LAUNCH_IN_CONTAINER, read_only=True),
-        bind(runtime.hf_cache, runtime.hf_cache, create=True),
-        bind(ctx.layout.cache, CONTAINER_HOME_CACHE, create=True),
+        bind(runtime.hf_cache, runtime.hf_cache),
+        bind(ctx.layout.cache, CONTAINER_HOME_CACHE),
     ]
     if recipe.model.path is not None:
         # a local model folder: pushed under R/N/models/ (or an absolute path on the node)
         volumes.append(bind(ctx.model, ctx.model, read_only=True))
+    volumes += [extra_bind(spec) for spec in runtime.volumes]
     service: dict[str, Any] = {
         "image": compose_string(recipe.engine.image),
         "entrypoint": ["/bin/sh", LAUNCH_IN_CONTAINER],
@@ -77,7 +84,7 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
         "network_mode": "host",
         "ipc": "host",
         "shm_size": compose_string(runtime.shm_size),
-        "ulimits": {"memlock": -1, "stack": 67108864},
+        "ulimits": {"stack": 67108864},
         "restart": "unless-stopped",
         "stop_grace_period": "2m",
         # the engine key (head behind a proxy) from its 0600 file, never in the bundle
@@ -85,7 +92,12 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
         + ([compose_string(n.launch.secret_env_file)] if n.launch.secret_env_file else []),
         "volumes": volumes,
     }
+    if ctx.memory_max is not None:
+        service["mem_limit"] = ctx.memory_max
     if recipe.cluster.fabric.transport == "roce":
+        # RDMA pins the memory it registers: unlimited memlock (raising it needs privilege
+        # a TCP fabric does not)
+        service["ulimits"]["memlock"] = -1
         service["devices"] = ["/dev/infiniband:/dev/infiniband"]
         service["cap_add"] = ["IPC_LOCK"]
     if recipe.engine.device == "gpu":
@@ -105,7 +117,8 @@ def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[s
         "io.deskside.node-rank": str(n.launch.node_rank),
         "io.deskside.launch-sha256": sha256_hex(launch_sh),
     }
-    return {"name": ctx.layout.compose_project, "services": {SERVICE: service}}
+    # no top-level `name:` (Compose v1.29 refuses it): every command passes --project-name
+    return {"services": {SERVICE: service}}
 
 
 def render_compose(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> str:

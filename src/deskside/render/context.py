@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from deskside.compose_cli import compose_argv
 from deskside.engine.launch import NodeLaunch, Site, launches, node_ip
 from deskside.errors import UsageError
 from deskside.layout import NodeLayout
@@ -84,6 +85,21 @@ class RenderContext:
 
     def node_ip(self, node: Node) -> str:
         return node_ip(node)
+
+    @property
+    def memory_max(self) -> int | None:
+        """The engine's memory limit on each node: runtime.memory_max, else the hardware's
+        memory less the plan's safety floor (None when the profile does not know it)."""
+        if self.recipe.runtime.memory_max is not None:
+            return self.recipe.runtime.memory_max
+        memory = self.plan.memory
+        if memory is None or memory.total_bytes <= memory.safety_floor_bytes:
+            return None
+        return memory.total_bytes - memory.safety_floor_bytes
+
+    def compose(self, project: str, file: str, *verb: str) -> list[str]:
+        """A Compose command line with the recipe's Compose program."""
+        return compose_argv(self.recipe.runtime.compose, project, file, *verb)
 
 
 def build_context(recipe: Recipe, recipe_path: Path, plan: Plan) -> RenderContext:

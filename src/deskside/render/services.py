@@ -124,7 +124,7 @@ def prometheus_service(ctx: RenderContext) -> dict[str, Any]:
         ],
         "volumes": [
             bind("./prometheus", f"{IN_CONTAINER}/prometheus", read_only=True),
-            bind(data_dir(ctx, PROMETHEUS), "/prometheus", create=True),
+            bind(data_dir(ctx, PROMETHEUS), "/prometheus"),
         ],
         "healthcheck": _wget_check(_url(head.address, mon.prometheus_port, "/-/healthy")),
     }
@@ -147,7 +147,7 @@ def grafana_service(ctx: RenderContext) -> dict[str, Any]:
         },
         "volumes": [
             bind("./grafana", f"{IN_CONTAINER}/grafana", read_only=True),
-            bind(data_dir(ctx, GRAFANA), "/var/lib/grafana", create=True),
+            bind(data_dir(ctx, GRAFANA), "/var/lib/grafana"),
         ],
         "healthcheck": _wget_check(_url(head.address, mon.grafana_port, "/api/health")),
     }
@@ -155,10 +155,8 @@ def grafana_service(ctx: RenderContext) -> dict[str, Any]:
 
 def cluster_compose_data(ctx: RenderContext) -> dict[str, Any]:
     makers = {PROXY: proxy_service, PROMETHEUS: prometheus_service, GRAFANA: grafana_service}
-    return {
-        "name": cluster_project(ctx),
-        "services": {name: makers[name](ctx) for name in cluster_services(ctx)},
-    }
+    # no top-level `name:` (Compose v1.29 refuses it): every command passes --project-name
+    return {"services": {name: makers[name](ctx) for name in cluster_services(ctx)}}
 
 
 def node_compose_data(ctx: RenderContext, node: str) -> dict[str, Any]:
@@ -185,7 +183,7 @@ def node_compose_data(ctx: RenderContext, node: str) -> dict[str, Any]:
         ],
         "healthcheck": _wget_check(_url(address, mon.node_exporter_port, "/metrics")),
     }
-    return {"name": node_project(ctx), "services": {NODE_EXPORTER: service}}
+    return {"services": {NODE_EXPORTER: service}}
 
 
 def render_cluster_compose(ctx: RenderContext) -> str:

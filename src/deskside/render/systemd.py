@@ -4,9 +4,11 @@
   around `docker compose up -d` / `down`; Docker itself keeps the container running
   (`restart: unless-stopped`), the unit is the bookkeeping that brings it back at boot.
 - native runtime: a plain service running launch.sh (in the node's network namespace when
-  the recipe puts it in one), restarted on failure.
+  the recipe puts it in one), restarted whenever it exits: a TP group whose peer restarted
+  cannot be rejoined, so vLLM exits on its next collective and both sides start afresh. It
+  carries the engine's memory limit (MemoryMax=, see RenderContext.memory_max).
 
-`docker` is named without a folder: systemd looks it up in its fixed search path
+`docker`/`docker-compose` are named without a folder: systemd looks it up in its fixed search path
 (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin), wherever the node's Docker lives.
 """
 
@@ -19,15 +21,7 @@ from deskside.render.templates import render_template
 
 def compose_command(ctx: RenderContext, *verb: str) -> list[str]:
     layout = ctx.layout
-    return [
-        "docker",
-        "compose",
-        "--project-name",
-        layout.compose_project,
-        "--file",
-        f"{layout.current}/compose.yaml",
-        *verb,
-    ]
+    return ctx.compose(layout.compose_project, f"{layout.current}/compose.yaml", *verb)
 
 
 def render_unit(ctx: RenderContext, n: NodeContext) -> str:
@@ -51,4 +45,6 @@ def render_unit(ctx: RenderContext, n: NodeContext) -> str:
         **header,
         start=systemd_command(["/bin/sh", f"{ctx.layout.current}/launch.sh"]),
         netns=netns,
+        memory_max=ctx.memory_max,
+        memlock=ctx.recipe.cluster.fabric.transport == "roce",
     )

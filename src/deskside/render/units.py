@@ -94,14 +94,13 @@ def _compose_unit(ctx: RenderContext, n: NodeContext, service: str) -> str:
         project, file = cluster_project(ctx), f"{ctx.layout.current}/cluster/{CLUSTER_COMPOSE}"
     else:
         project, file = node_project(ctx), f"{ctx.layout.current}/{NODE_COMPOSE}"
-    base = ["docker", "compose", "--project-name", project, "--file", file]
     return render_template(
         "compose-part.service.j2",
         **_header(ctx, n, service),
         service=service,
         project=project,
-        up=systemd_command([*base, "up", "--detach", "--no-deps", service]),
-        down=systemd_command([*base, "rm", "--stop", "--force", service]),
+        up=systemd_command(ctx.compose(project, file, "up", "--detach", "--no-deps", service)),
+        down=systemd_command(ctx.compose(project, file, "rm", "--stop", "--force", service)),
     )
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from deskside.compose_cli import compose_argv, logs_argv, running_argv
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.runtime import node_sh
 from deskside.runtime.ops import Op, Record, Run, Spawn
 from deskside.runtime.ready import Watched
-from deskside.runtime.records import ControlKind, NodeState, ServiceState
+from deskside.runtime.records import ComposeProgram, ControlKind, NodeState, ServiceState
 from deskside.transport.base import Result, Transport
 
 UNIT_DIR = "/etc/systemd/system"
@@ -54,23 +55,21 @@ class Control:
     runtime: str  # native | container
     layout: NodeLayout
     sudo: tuple[str, ...] = ()  # ("sudo", "-n") for a non-root login
+    compose_program: ComposeProgram = "docker compose"  # runtime.compose
 
     def with_sudo(self, sudo: tuple[str, ...]) -> Control:
         return replace(self, sudo=sudo)
 
     # -- commands (pure)
 
+    def compose_file(self, project: str, file: str, *verb: str) -> list[str]:
+        return [*self.sudo, *compose_argv(self.compose_program, project, file, *verb)]
+
     def compose(self, *verb: str) -> list[str]:
-        return [
-            *self.sudo,
-            "docker",
-            "compose",
-            "--project-name",
-            self.layout.compose_project,
-            "--file",
-            f"{self.layout.current}/compose.yaml",
-            *verb,
-        ]
+        """A Compose command on the engine's project (the release `current` points at)."""
+        return self.compose_file(
+            self.layout.compose_project, f"{self.layout.current}/compose.yaml", *verb
+        )
 
     def unit_install(self, rid: str, units: tuple[str, ...] = ()) -> list[list[str]]:
         """Install and enable units of release `rid` (default: the engine's)."""
@@ -111,12 +110,14 @@ class Control:
             if service.name == "proxy":
                 argv.append(self._stop_service(service, grace))
         if state.units:
-            argv.append([*self.sudo, "systemctl", "stop", *state.units])
+            argv.append([*self.sudo, "systemctl", "disable", "--now", "--quiet", *state.units])
         for c in state.compose:
-            compose = ["docker", "compose", "--project-name", c.project, "--file", c.file]
-            argv.append([*self.sudo, *compose, "down"])
+            argv.append(self.compose_file(c.project, c.file, "down"))
         if self.kind == "systemd":
-            argv.append([*self.sudo, "systemctl", "stop", self.layout.unit_name])
+            # disabled too: a stopped cluster stays stopped after a reboot (a start
+            # enables the units again)
+            unit = self.layout.unit_name
+            argv.append([*self.sudo, "systemctl", "disable", "--now", "--quiet", unit])
         elif self.kind == "compose":
             argv.append(self.compose("down"))
         elif state.pid is not None:
@@ -137,17 +138,16 @@ class Control:
 
     def alive_command(self) -> list[str]:
         if self.runtime == "container":
-            return self.compose("ps", "--status", "running", "--quiet")
+            return [*self.sudo, *running_argv(self.layout.compose_project)]
         return [*self.sudo, "systemctl", "is-active", "--quiet", self.layout.unit_name]
 
     def log_command(self, state: NodeState, lines: int | None = None) -> list[str]:
         """The whole log since the start (or its last `lines`): journal or Compose."""
         since = str(state.started_epoch) if state.started_epoch is not None else None
         if self.runtime == "container":
-            argv = self.compose("logs", "--no-color", "--no-log-prefix")
-            if lines is not None:
-                return [*argv, "--tail", str(lines)]
-            return [*argv, *(["--since", since] if since else [])]
+            project, file = self.layout.compose_project, f"{self.layout.current}/compose.yaml"
+            argv = logs_argv(self.compose_program, project, file, since=since, lines=lines)
+            return [*self.sudo, *argv]
         unit = self.layout.unit_name
         argv = [*self.sudo, "journalctl", "--unit", unit, "--output", "cat", "--no-pager"]
         if lines is not None:

@@ -30,6 +30,7 @@ from deskside.transport.base import Result, Transport
 from deskside.transport.local import LocalTransport
 
 ControlKind = Literal["process", "systemd", "compose"]
+ComposeProgram = Literal["docker compose", "docker-compose"]
 RUN_FILE = "run.json"
 
 # a pid deskside may signal: never 0 or 1 (0 and -1 select whole groups, 1 is init)
@@ -130,6 +131,7 @@ class RunRecord(BaseModel):
     runtime: Literal["local", "ssh"]
     control: ControlKind
     runtime_kind: str  # native | container
+    compose_program: ComposeProgram = "docker compose"
     unit: str
     compose_project: str
     api_url: str

