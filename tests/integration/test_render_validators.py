@@ -17,6 +17,7 @@ installs them (Debian packages systemd, shellcheck, prometheus, prometheus-node-
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -264,13 +265,13 @@ def test_compose_files_match_the_compose_spec(rendered: Rendered) -> None:
     expected += ["cluster/compose.yaml"] * (recipe.monitoring.enabled or recipe.proxy.enabled)
     assert sorted(composes) == sorted(expected)
     yaml = YAML(typ="safe", pure=True)
-    projects = set()
+    projects: set[tuple[str, str]] = set()
     for rel in composes:
         path = rendered.out / rel
         data = yaml.load(path.read_text())
         errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(data)]
         assert not errors, f"{path}: {errors}"
-        projects.add(data["name"])
+        assert "name" not in data  # Compose v1.29 refuses it; commands pass --project-name
         for name, service in data["services"].items():
             assert "@sha256:" in service["image"], (rel, name)
             assert service["network_mode"] == "host", (rel, name)
@@ -284,11 +285,80 @@ def test_compose_files_match_the_compose_spec(rendered: Rendered) -> None:
         if rel.endswith("/compose.yaml") and not rel.startswith("cluster/"):
             service = data["services"]["engine"]
             assert service["ipc"] == "host"
-            assert service["ulimits"]["memlock"] == -1
+            roce = recipe.cluster.fabric.transport == "roce"
+            assert ("memlock" in service["ulimits"]) == roce  # RDMA pins memory
             assert (path.parent / service["env_file"][0]).is_file()
     # one project per kind of file: `up --remove-orphans` in one never removes another's
-    kinds = {"cluster" if r.startswith("cluster/") else r.rsplit("/", 1)[-1] for r in composes}
-    assert len(projects) == len(kinds), projects
+    # (the files name no project: the units' commands do, `--project-name P --file F`)
+    for unit in files(rendered.out, "*.service"):
+        words = unit.read_text().split()
+        for i, word in enumerate(words[:-3]):
+            if word == "--project-name" and words[i + 2] == "--file":
+                projects.add((words[i + 1], words[i + 3].rsplit("/", 2)[-2:][-1]))
+    kinds_of = {p: {f for q, f in projects if q == p} for p, _ in projects}
+    assert all(len(k) == 1 for k in kinds_of.values()), kinds_of
+
+
+def test_compose_files_load_in_compose_v1(rendered: Rendered) -> None:
+    """Debian's docker-compose 1.29 reads every rendered file (`config --quiet` parses,
+    validates and interpolates it, as `up` would)."""
+    compose = tool("docker-compose")
+    yaml = YAML(typ="safe", pure=True)
+    for path in files(rendered.out, "*compose.yaml"):
+        data = yaml.load(path.read_text())
+        # env files on the node (the engine key) must exist for Compose to read the file:
+        # made empty in a private mount namespace (a tmpfs over their top folder)
+        node_files = sorted(
+            {f for svc in data["services"].values() for f in svc.get("env_file", [])}
+        )
+        # (as Compose reads them: `$$` in a value is one `$`)
+        node_files = [f.replace("$$", "$") for f in node_files if f.startswith("/")]
+        tops = sorted({"/" + f.split("/")[1] for f in node_files})
+        script = "".join(f"mount -t tmpfs deskside-check {shlex.quote(t)} && " for t in tops)
+        for f in map(shlex.quote, node_files):
+            script += f'mkdir -p "$(dirname -- {f})" && touch -- {f} && '
+        script += 'exec "$@"'
+        done = subprocess.run(
+            [
+                "unshare",
+                "--mount",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                compose,
+                "--project-name",
+                "check",
+                "--file",
+                str(path),
+                "config",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=path.parent,
+        )
+        assert done.returncode == 0, f"{path}:\n{done.stderr}"
+
+
+def test_compose_v1_catches_what_it_refuses(tmp_path: Path) -> None:
+    """The two keys the bundle no longer uses: v1.29 refuses them (so the check above
+    would see them come back)."""
+    compose = tool("docker-compose")
+    for extra, service_extra in (
+        ("name: p\n", ""),
+        (
+            "",
+            "    volumes:\n"
+            "      - {type: bind, source: /t, target: /x, bind: {create_host_path: true}}\n",
+        ),
+    ):
+        path = tmp_path / "compose.yaml"
+        path.write_text(f"{extra}services:\n  s:\n    image: x\n{service_extra}")
+        done = subprocess.run(
+            [compose, "--file", str(path), "config", "--quiet"], capture_output=True, text=True
+        )
+        assert done.returncode != 0, path.read_text()
 
 
 def test_compose_schema_catches_a_broken_file() -> None:

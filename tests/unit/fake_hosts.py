@@ -23,7 +23,7 @@ from deskside.transport.fake import FakeTransport
 BAD_FLAG = "--no-such-flag"
 GOOD_FACTS = (
     "uid=0\nexisting=/\nwritable=1\ndisk_free_kib=100000000\n"
-    "python=3.11.7\nvllm=0.32.0\ndeskside=1\n"
+    "python=3.11.7\nvllm=0.32.0\ndeskside=1\nprogram=g++\n"
 )
 
 

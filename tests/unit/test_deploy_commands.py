@@ -202,7 +202,7 @@ def test_checks_name_what_is_wrong_and_how_to_fix_it() -> None:
     head = recipe.head  # type: ignore[attr-defined]
     good = pf.parse_facts(
         "uid=1000\nsudo=0\nexisting=/opt\nwritable=1\ndisk_free_kib=9999999\n"
-        "python=3.11\nvllm=0.31.1\ndeskside=1\n"
+        "python=3.11\nvllm=0.31.1\ndeskside=1\nprogram=g++\n"
     )
     found = pf.check_node(
         good,
@@ -235,6 +235,8 @@ def test_checks_name_what_is_wrong_and_how_to_fix_it() -> None:
     assert any("port 25000 (cluster.fabric.master_port" in m for m in messages)
     assert any("not found" in m for m in messages)
     assert any("systemd is not running" in m for m in messages)
+    # vLLM on CPU compiles kernels at the first request: a node without g++ is refused
+    assert any(m.startswith("g++ (engine.device: cpu)") for m in messages)
     assert all(p.hint for p in found.problems)
 
 
@@ -275,6 +277,7 @@ def test_proxy_key_file_checks(mode: str) -> None:
     recipe = load_recipe_text(json.dumps(data), "r.yaml", base_dir=Path("/tmp"))
     facts = pf.parse_facts(
         "uid=0\nexisting=/\nwritable=1\npython=3.11\nvllm=0.32.0\ndeskside=1\nprogram=litellm\n"
+        "program=g++\n"
         + (f"key_mode={mode}\n" if mode != "600 foreign" else "key_mode=600\nkey_owner=1000\n")
     )
     found = pf.check_node(

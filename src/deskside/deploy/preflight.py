@@ -191,12 +191,17 @@ class NodeCheck:
 
 
 def service_programs(recipe: Recipe, head: bool) -> dict[str, tuple[str, str]]:
-    """program -> (recipe field, how to get it) for each service that runs natively on a
-    node: the proxy (head) and the monitoring, unless the container runtime runs them in
-    their images; deskside's exporter always runs natively."""
+    """program -> (recipe field, how to get it) for each program a node needs besides the
+    engine's Python: the C++ compiler vLLM on CPU uses, the proxy (head) and the
+    monitoring, unless the container runtime runs them in their images; deskside's
+    exporter always runs natively."""
     native = recipe.runtime.kind == "native"
     mon = recipe.monitoring
     out: dict[str, tuple[str, str]] = {}
+    if native and recipe.engine.device == "cpu":
+        # torch's inductor compiles vLLM's CPU kernels at the first request; without a
+        # compiler the engine starts, then dies on the first completion
+        out["g++"] = ("engine.device: cpu", "apt install g++ (vLLM on CPU needs GCC 12+)")
     if recipe.proxy.enabled and head and (native or recipe.proxy.image is None):
         out[recipe.proxy.litellm] = (
             "proxy.litellm",
