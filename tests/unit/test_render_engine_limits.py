@@ -42,7 +42,7 @@ def _unit(bundle: Bundle, node: str, recipe: Recipe) -> str:
 
 
 def test_flagship_container_limit_is_gb10_memory_less_the_floor() -> None:
-    recipe, bundle = _render(FLAGSHIP)
+    _, bundle = _render(FLAGSHIP)
     _, plan = load_and_plan(FLAGSHIP)
     assert plan.memory is not None
     # GB10: 121.6 GiB reported, 21 GiB safety floor
@@ -75,12 +75,12 @@ def test_cpu_profile_has_no_limit_unless_the_recipe_sets_one() -> None:
 
 
 def test_explicit_limit_overrides_the_hardware_one() -> None:
-    recipe, bundle = _render(FLAGSHIP, memory_max=64 * GIB)
+    _, bundle = _render(FLAGSHIP, memory_max=64 * GIB)
     assert _compose(bundle, "ai2")["mem_limit"] == 64 * GIB
 
 
 def test_extra_volumes_are_read_only_when_asked() -> None:
-    recipe, bundle = _render(FLAGSHIP, volumes=["/opt/venv:/opt/venv:ro", "/data:/mnt/data"])
+    _, bundle = _render(FLAGSHIP, volumes=["/opt/venv:/opt/venv:ro", "/data:/mnt/data"])
     volumes = {v["target"]: v for v in _compose(bundle, "ai1")["volumes"]}
     assert volumes["/opt/venv"]["source"] == "/opt/venv" and volumes["/opt/venv"]["read_only"]
     assert volumes["/mnt/data"]["source"] == "/data" and "read_only" not in volumes["/mnt/data"]
@@ -100,7 +100,7 @@ def test_compose_program_in_units() -> None:
     recipe, bundle = _render(FLAGSHIP, compose="docker-compose")
     unit = _unit(bundle, "ai1", recipe)
     assert "ExecStart=docker-compose --project-name deskside-dual-spark-deepseek-v4-flash " in unit
-    recipe, bundle = _render(FLAGSHIP)
+    _, bundle = _render(FLAGSHIP)
     assert "ExecStart=docker compose --project-name " in _unit(bundle, "ai1", recipe)
 
 
