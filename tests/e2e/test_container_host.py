@@ -133,7 +133,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 "compose": "docker-compose",
                 "memory_max": MEMORY_MAX,
                 "shm_size": "1g",
-                "volumes": [f"{p}:{p}:ro" for p in (nh.REPO, Path(sys.base_prefix).resolve())],
+                "volumes": [
+                    *(f"{p}:{p}:ro" for p in (nh.REPO, Path(sys.base_prefix).resolve())),
+                    f"{nh.TORCH_CACHE}:{nh.TORCH_CACHE}",  # see tests/nspawn_hosts.py
+                ],
             }
             data["runtime"].pop("python")
             recipes = base / "recipes"
