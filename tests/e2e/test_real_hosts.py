@@ -26,6 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
+from deskside.exporter.running import tag_pattern
+
 from ..cli_process import deskside as run_deskside
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from ..nspawn_hosts import NspawnHost, NspawnHosts, can_run, nspawn_hosts
@@ -157,6 +159,11 @@ def test_deploy_runs_the_engines_as_enabled_units(setup: Setup) -> None:
         assert main > 0
         cmdline = host.run("cat", f"/proc/{main}/cmdline").stdout
         assert "launch.sh" in cmdline or "deskside.engine" in cmdline, cmdline
+        # launch.sh tagged this start, so deskside's exporter finds the engine
+        environ = host.run("cat", f"/proc/{main}/environ").stdout.split("\0")
+        tags = [e.partition("=")[2] for e in environ if e.startswith("DESKSIDE_RUN=")]
+        node = "node0" if host is setup.hosts.hosts[0] else "node1"
+        assert len(tags) == 1 and tag_pattern("ssh-tiny", node).fullmatch(tags[0]), tags
     r = complete(setup.api_url)
     assert r.status_code == 200, r.text
 

@@ -40,6 +40,7 @@ def render_launch(ctx: RenderContext, n: NodeContext) -> str:
         gid_snippet=snippet.rstrip("\n"),
         secret_env_file=n.launch.secret_env_file,
         command_lines=command_lines(n.launch.program, n.launch.args),
+        run_tag_prefix=f"{ctx.recipe.name}/{n.name}/",
     )
 
 

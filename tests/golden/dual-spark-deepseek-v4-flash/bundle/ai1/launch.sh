@@ -26,6 +26,14 @@ export VLLM_CACHE_ROOT=/var/lib/deskside/hf-cache/vllm
 export VLLM_HOST_IP=192.168.100.1
 export VLLM_USE_BREAKABLE_CUDAGRAPH=0
 
+# deskside's run tag (recipe/node/start time/engine): how `deskside exporter` finds this
+# engine among the node's processes. A start by deskside itself passes its own; a start by
+# systemd or Docker gets this start's time.
+if [ -z "${DESKSIDE_RUN:-}" ]; then
+  DESKSIDE_RUN=dual-spark-deepseek-v4-flash/ai1/"$(date -u +%Y%m%d%H%M%S)/engine"
+  export DESKSIDE_RUN
+fi
+
 # The engine's API key: a proxy fronts this engine, so its API answers /v1 only with the
 # key. The key is read from its 0600 file (a container gets it from Compose's env_file);
 # it is in no rendered file and on no command line.

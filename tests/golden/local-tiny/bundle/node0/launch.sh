@@ -18,6 +18,14 @@ export NCCL_SOCKET_IFNAME=ds-veth0
 export VLLM_HOST_IP=10.77.0.1
 export VLLM_TARGET_DEVICE=cpu
 
+# deskside's run tag (recipe/node/start time/engine): how `deskside exporter` finds this
+# engine among the node's processes. A start by deskside itself passes its own; a start by
+# systemd or Docker gets this start's time.
+if [ -z "${DESKSIDE_RUN:-}" ]; then
+  DESKSIDE_RUN=local-tiny/node0/"$(date -u +%Y%m%d%H%M%S)/engine"
+  export DESKSIDE_RUN
+fi
+
 # The engine's API key: a proxy fronts this engine, so its API answers /v1 only with the
 # key. The key is read from its 0600 file (a container gets it from Compose's env_file);
 # it is in no rendered file and on no command line.
