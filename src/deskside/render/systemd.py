@@ -6,10 +6,13 @@
 - native runtime: a plain service running launch.sh (in the node's network namespace when
   the recipe puts it in one), restarted whenever it exits: a TP group whose peer restarted
   cannot be rejoined, so vLLM exits on its next collective and both sides start afresh. It
-  carries the engine's memory limit (MemoryMax=, see RenderContext.memory_max).
+  carries the engine's memory limit (MemoryMax=, see RenderContext.memory_max). Stopping
+  signals every process of the unit at once (systemd's default KillMode=control-group), as
+  deskside stops a session it started: a worker rank waiting in a collective on a peer
+  that is already gone would otherwise hold the stop until the SIGKILL timeout.
 
-`docker`/`docker-compose` are named without a folder: systemd looks it up in its fixed search path
-(/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin), wherever the node's Docker lives.
+`docker`/`docker-compose` are named without a folder: systemd looks them up in its fixed
+search path (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin), wherever Docker lives.
 """
 
 from __future__ import annotations
