@@ -137,6 +137,10 @@ def docker_engine(base: Path, netns: str) -> Iterator[DockerEngine]:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=10)
+        # dockerd leaves its network namespace bound in its exec root; it is ours to unmount
+        netns = base / "x" / "netns" / "default"
+        if netns.exists():
+            subprocess.run(["umount", str(netns)], capture_output=True)
 
 
 def build_engine_image(engine: DockerEngine, root: Path, python: str, name: str) -> str:

@@ -21,8 +21,10 @@ into the host at the same path."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,8 +94,15 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         if not ok:
             pytest.skip(why)
     base = tmp_path_factory.mktemp("container-host")
-    engine_dir = Path(f"/tmp/dsd{id(base) % 100000}")  # short: socket paths are limited
-    engine_dir.mkdir(exist_ok=True)
+    # short: socket paths are limited; removed at the end (the image and registry, ~1 GB)
+    engine_dir = Path(tempfile.mkdtemp(prefix="dsd", dir="/tmp"))
+    try:
+        yield from _setup(base, engine_dir)
+    finally:
+        shutil.rmtree(engine_dir, ignore_errors=True)
+
+
+def _setup(base: Path, engine_dir: Path) -> Iterator[Setup]:
     node_root, hf_cache = base / "node-root", base / "hf-cache"
     node_root.mkdir()
     hf_cache.mkdir()
