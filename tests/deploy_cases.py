@@ -83,3 +83,31 @@ def loopback_ssh_recipe(folder: Path, port: int) -> Path:
         node["ssh"]["port"] = port
     ensure_tiny_model(folder)
     return write_recipe(folder, data)
+
+
+def deploy(
+    recipe: Path, known_hosts: Path, home: Path, on_failure: str = ""
+) -> tuple[dict[str, Any], float]:
+    """`deskside up --json` of `recipe` over SSH: its report and wall seconds; a failed
+    deploy fails the caller with the output (and `on_failure`, e.g. the nodes' journals)."""
+    import json
+    import time
+
+    from .cli_process import deskside
+
+    t0 = time.monotonic()
+    r = deskside("up", str(recipe), "--known-hosts", str(known_hosts), "--json", home=home)
+    seconds = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout + r.stderr + on_failure
+    return json.loads(r.stdout), seconds
+
+
+def complete(url: str, timeout: float = 60) -> Any:
+    """A 4-token completion of the tiny model at `url` (an httpx.Response)."""
+    import httpx
+
+    return httpx.post(
+        f"{url}/v1/completions",
+        json={"model": "tiny", "prompt": "hello", "max_tokens": 4, "ignore_eos": True},
+        timeout=timeout,
+    )

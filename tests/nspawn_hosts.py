@@ -41,7 +41,7 @@ from deskside import localnet
 from deskside.transport.local import LocalTransport
 
 from . import procs
-from .sshd_hosts import _keygen, _names, kill_namespace_processes, remove_stale
+from .sshd_hosts import _keygen, _names, hosts_net, kill_namespace_processes, remove_stale
 
 SUITE = "bookworm"
 MIRROR = os.environ.get("DESKSIDE_TEST_MIRROR", "http://deb.debian.org/debian")
@@ -323,12 +323,7 @@ def nspawn_hosts(
         )
         for i in range(count)
     )
-    net = localnet.LocalNet(
-        bridge=f"{prefix}br",
-        bridge_address=f"{subnet}.254/24",
-        namespaces=tuple((h.name, h.interface, f"{h.name}-h", f"{h.address}/24") for h in hosts),
-        mtu=None,
-    )
+    net = hosts_net(prefix, subnet, [(h.name, h.interface, h.address) for h in hosts])
     root = LocalTransport()
     remove_stale_hosts()
     remove_stale(root)

@@ -130,6 +130,16 @@ def _names(tag: str, pid: int) -> tuple[str, str]:
     return prefix, f"10.{100 + pid % 100}.{(pid // 100) % 250}"
 
 
+def hosts_net(prefix: str, subnet: str, hosts: list[tuple[str, str, str]]) -> localnet.LocalNet:
+    """The bridge and namespaces of test hosts given as (netns, interface, address)."""
+    return localnet.LocalNet(
+        bridge=f"{prefix}br",
+        bridge_address=f"{subnet}.254/24",
+        namespaces=tuple((ns, iface, f"{ns}-h", f"{address}/24") for ns, iface, address in hosts),
+        mtu=None,
+    )
+
+
 _STALE = re.compile(r"ds[a-z]([0-9]+)(?:n[0-9]+|br)")
 
 
@@ -165,12 +175,7 @@ def ssh_hosts(base: Path, tag: str, count: int, private_root: Path) -> Iterator[
         )
         for i in range(count)
     )
-    net = localnet.LocalNet(
-        bridge=f"{prefix}br",
-        bridge_address=f"{subnet}.254/24",
-        namespaces=tuple((h.netns, h.interface, f"{h.netns}-h", f"{h.address}/24") for h in hosts),
-        mtu=None,
-    )
+    net = hosts_net(prefix, subnet, [(h.netns, h.interface, h.address) for h in hosts])
     root = LocalTransport()
     remove_stale(root)
     for h in hosts:  # a leftover of this very process (a repeated fixture)

@@ -96,6 +96,10 @@ class NodeLayout:
     def cache(self) -> str:
         return self._p("cache")
 
+    def service_data(self, service: str) -> str:
+        """Where a service beside the engine keeps its data on the head (R/N/data/<service>)."""
+        return self._p("data", service)
+
     def release(self, rid: str) -> str:
         return self._p("releases", rid)
 

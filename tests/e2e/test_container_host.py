@@ -37,7 +37,7 @@ import pytest
 from .. import docker_engine as de
 from .. import nspawn_hosts as nh
 from ..cli_process import deskside as run_deskside
-from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from ..deploy_cases import complete, deploy, ensure_tiny_model, ssh_recipe_data, write_recipe
 
 pytestmark = pytest.mark.e2e
 
@@ -152,31 +152,12 @@ def _setup(base: Path, engine_dir: Path) -> Iterator[Setup]:
             recipe = write_recipe(recipes, data)
             ensure_tiny_model(recipes)
             home = base / "home"
-            t0 = time.monotonic()
-            r = run_deskside(
-                "up",
-                str(recipe),
-                "--known-hosts",
-                str(hosts.known_hosts),
-                "--json",
-                home=home,
-                timeout=900,
-            )
-            seconds = time.monotonic() - t0
-            assert r.returncode == 0, r.stdout + r.stderr
-            made = Setup(host, engine, home, image, json.loads(r.stdout), seconds, image_seconds)
+            report, seconds = deploy(recipe, hosts.known_hosts, home)
+            made = Setup(host, engine, home, image, report, seconds, image_seconds)
             try:
                 yield made
             finally:
                 made.cli("down", timeout=300)
-
-
-def complete(url: str) -> httpx.Response:
-    return httpx.post(
-        f"{url}/v1/completions",
-        json={"model": "tiny", "prompt": "hello", "max_tokens": 4, "ignore_eos": True},
-        timeout=60,
-    )
 
 
 def test_the_pinned_image_runs_under_the_rendered_unit(setup: Setup) -> None:

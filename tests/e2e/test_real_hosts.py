@@ -29,7 +29,7 @@ import pytest
 from deskside.exporter.running import tag_pattern
 
 from ..cli_process import deskside as run_deskside
-from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from ..deploy_cases import complete, deploy, ensure_tiny_model, ssh_recipe_data, write_recipe
 from ..nspawn_hosts import NspawnHost, NspawnHosts, can_run, nspawn_hosts
 
 pytestmark = pytest.mark.e2e
@@ -99,31 +99,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         good = write_recipe(recipes, data)
         ensure_tiny_model(recipes)
         home = base / "home"
-        t0 = time.monotonic()
-        r = run_deskside(
-            "up",
-            str(good),
-            "--known-hosts",
-            str(hosts.known_hosts),
-            "--json",
-            home=home,
-            timeout=900,
-        )
-        seconds = time.monotonic() - t0
-        assert r.returncode == 0, r.stdout + r.stderr + journals(hosts)
-        made = Setup(hosts, home, json.loads(r.stdout), seconds)
+        report, seconds = deploy(good, hosts.known_hosts, home, journals(hosts))
+        made = Setup(hosts, home, report, seconds)
         try:
             yield made
         finally:
             made.cli("down", timeout=180)
-
-
-def complete(url: str, timeout: float = 120) -> httpx.Response:
-    return httpx.post(
-        f"{url}/v1/completions",
-        json={"model": "tiny", "prompt": "hello", "max_tokens": 4, "ignore_eos": True},
-        timeout=timeout,
-    )
 
 
 def wait_serving(url: str, budget: float) -> tuple[float, int]:

@@ -131,5 +131,5 @@ def container_mounts(recipe: Recipe, layout: NodeLayout, head: bool) -> tuple[st
         return ()
     dirs = [layout.cache, recipe.runtime.hf_cache]
     if head and recipe.monitoring.enabled:
-        dirs += [f"{layout.recipe_dir}/data/{service}" for service in (PROMETHEUS, GRAFANA)]
+        dirs += [layout.service_data(service) for service in (PROMETHEUS, GRAFANA)]
     return tuple(dirs)

@@ -48,7 +48,7 @@ def node_project(ctx: RenderContext) -> str:
 
 def data_dir(ctx: RenderContext, service: str) -> str:
     """Where a service keeps its data on the head: R/N/data/<service>."""
-    return f"{ctx.layout.recipe_dir}/data/{service}"
+    return ctx.layout.service_data(service)
 
 
 def cluster_services(ctx: RenderContext) -> list[str]:
