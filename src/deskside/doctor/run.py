@@ -58,10 +58,12 @@ def hosts(recipe: Recipe, transports: Mapping[str, Transport], here: Transport) 
     return out
 
 
-def node_need(plan: Plan | None, recipe: Recipe, recipe_path: Path, node: Node) -> int | None:
-    """The memory the plan takes on `node` plus the floor it keeps free: on unified memory
-    vLLM's budget; on CPU the ranks' weights, KV cache and other memory; None when no plan
-    could be made or the engine's memory is not the node's RAM."""
+def node_need(
+    plan: Plan | None, recipe: Recipe, recipe_path: Path, node: Node
+) -> tuple[int, int] | None:
+    """(the memory the plan takes on `node`, the floor it keeps free there): on unified
+    memory vLLM's budget; on CPU the ranks' weights, KV cache and other memory. None when
+    no plan could be made or the engine's memory is not the node's RAM."""
     from deskside.exporter.memory import floor_bytes
 
     if plan is None:
@@ -69,10 +71,18 @@ def node_need(plan: Plan | None, recipe: Recipe, recipe_path: Path, node: Node) 
     if plan.memory is not None:
         if not plan.memory.unified:
             return None
-        return plan.memory.vllm_budget_bytes + plan.memory.safety_floor_bytes
+        return plan.memory.vllm_budget_bytes, plan.memory.safety_floor_bytes
     ranks = [r for r in plan.ranks if r.node in (node.name, None)]
     used = sum(r.weights_bytes + r.available_kv_bytes + r.non_kv_bytes for r in ranks)
-    return used + floor_bytes(recipe, recipe_path, node)
+    return used, floor_bytes(recipe, recipe_path, node)
+
+
+def host_need(needs: list[tuple[int, int] | None]) -> int | None:
+    """What the nodes of one machine need together: each engine's memory, and the floor
+    once (the machine keeps it free for all of them)."""
+    if not needs or any(n is None for n in needs):
+        return None
+    return sum(n[0] for n in needs if n) + max(n[1] for n in needs if n)
 
 
 @dataclass
@@ -196,8 +206,9 @@ class Doctor:
             "available_bytes": info.available_bytes,
             "reclaimable_bytes": reclaimable,
         }
-        if all(n is not None for n in needs):
-            memory["need_bytes"] = sum(n or 0 for n in needs)
+        need = host_need(needs)
+        if need is not None:
+            memory["need_bytes"] = need
         report.memory[label] = memory
         running = [n.name for n in host.nodes if own.alive.get(n.name)]
         if "need_bytes" in memory and not running:

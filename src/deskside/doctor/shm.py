@@ -95,7 +95,7 @@ case $name in ''|*[!A-Za-z0-9._-]*) echo "refusing name '$name'" >&2; exit 2 ;; 
 f=$dir/$name
 if [ -L "$f" ] || [ ! -f "$f" ]; then echo "$f is gone or not a file" >&2; exit 3; fi
 if { ls -l /proc/[0-9]*/fd 2>/dev/null; cat /proc/[0-9]*/maps 2>/dev/null; } \
-  | grep -qF -- "$f"; then
+  | sed -n "s|.*\($dir/[^ ]*\).*|\1|p" | grep -qxF -- "$f"; then
   echo "$f is in use now: left alone" >&2; exit 3
 fi
 rm -f -- "$f"
