@@ -118,7 +118,9 @@ def test_doctor_reports_the_engine_and_the_orphan_and_fixes_only_the_orphan(
         by_kind: dict[str, list[dict]] = {}  # type: ignore[type-arg]
         for f in report["findings"]:
             by_kind.setdefault(f["kind"], []).append(f)
-        mine = [f for f in by_kind.get("foreign-engine", []) if f["detail"].get("pid") == engine.pid]
+        mine = [
+            f for f in by_kind.get("foreign-engine", []) if f["detail"].get("pid") == engine.pid
+        ]
         assert len(mine) == 1, by_kind.get("foreign-engine")
         assert mine[0]["reclaimable_bytes"] >= 100 << 20
         assert not mine[0]["fixable"] and mine[0]["fix"] == f"kill -TERM {engine.pid}"

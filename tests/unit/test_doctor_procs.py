@@ -44,7 +44,13 @@ RECORDED = "\n".join(
         _p(4102, 4101, 2_000_000, ["VLLM::Worker_TP0"]),
         _p(4103, 4100, 10_000, ["python3", "-c", "from multiprocessing.resource_tracker"]),
         # deskside's own live engine
-        _p(5000, 1, 500_000, ["python", "-m", "deskside.engine.cpu", "serve"], tag="r/n0/20260101000000/engine"),
+        _p(
+            5000,
+            1,
+            500_000,
+            ["python", "-m", "deskside.engine.cpu", "serve"],
+            tag="r/n0/20260101000000/engine",
+        ),
         # an engine in a container, and one a unit runs
         _p(6000, 1, 100, ["llama-server", "-m", "x.gguf"], cg=("/docker/" + "ab" * 32,)),
         _p(7000, 1, 100, ["/usr/bin/ollama", "serve"], cg=("/system.slice/ollama.service",)),
@@ -108,7 +114,12 @@ def test_judge_spares_live_runs_and_names_the_stop_command() -> None:
     assert by_pid[7000].fix == "systemctl stop ollama.service"
     # the same tag with no live run behind it is a foreign engine
     stale = engine_findings(parse_scan(RECORDED), "ai1", frozenset())
-    assert {f.detail["pid"] for f in stale if f.kind == "foreign-engine"} == {4100, 5000, 6000, 7000}
+    assert {f.detail["pid"] for f in stale if f.kind == "foreign-engine"} == {
+        4100,
+        5000,
+        6000,
+        7000,
+    }
 
 
 def test_scan_runs_here_and_finds_itself_absent_of_engines() -> None:

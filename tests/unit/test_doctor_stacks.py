@@ -14,9 +14,10 @@ from deskside.doctor.space import (
 from deskside.doctor.stacks import parse_scan, parse_size, stack_findings
 
 CID = "0123456789ab" + "0" * 52
+MON = "com.docker.compose.project=mon"
 RECORDED = f"""docker 1
 ps {{"ID":"{CID}","Image":"vllm/vllm-openai:v0.9","Names":"old-vllm","Labels":""}}
-ps {{"ID":"{"f" * 64}","Image":"grafana/grafana","Names":"g","Labels":"com.docker.compose.project=mon"}}
+ps {{"ID":"{"f" * 64}","Image":"grafana/grafana","Names":"g","Labels":"{MON}"}}
 ps {{"ID":"{"e" * 64}","Image":"x","Names":"mine","Labels":"com.docker.compose.project=deskside-r"}}
 stats {{"ID":"0123456789ab","Name":"old-vllm","MemUsage":"7.5GiB / 119.7GiB"}}
 stats {{"ID":"ffffffffffff","Name":"g","MemUsage":"80MiB / 119.7GiB"}}

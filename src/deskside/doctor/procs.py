@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from deskside.exporter.memory import MemInfo, parse_meminfo
 from deskside.doctor.findings import Finding
+from deskside.exporter.memory import MemInfo, parse_meminfo
 from deskside.units import format_bytes
 
 # program (argv[0], or the script after a Python) -> the engine's family
@@ -342,7 +342,6 @@ def live_tag_owner(tag: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-
 def engine_findings(scan: ProcScan, node: str, live_tags: frozenset[str]) -> list[Finding]:
     """A warning per engine no live deskside run owns (what it holds is reclaimable); an
     info per engine of a live run."""
@@ -368,9 +367,7 @@ def engine_findings(scan: ProcScan, node: str, live_tags: frozenset[str]) -> lis
             f"{format_bytes(e.rss_bytes)} RAM, {gpu}: {command}"
         )
         if e.tags and set(e.tags) <= live_tags:
-            out.append(
-                Finding("engine", node, what, severity="info", detail=detail)
-            )
+            out.append(Finding("engine", node, what, severity="info", detail=detail))
             continue
         if e.tags:
             what += f" (deskside run tag {e.tags[0]}, a run no longer recorded as live here)"

@@ -236,14 +236,12 @@ class Doctor:
                 )
             ]
         layout = NodeLayout.of(recipe) if deployed else node_layout(recipe, None, node)
-        argv = facts_command(layout.recipe_dir, python=None, compose=None, programs=(), key_file=None)
+        argv = facts_command(
+            layout.recipe_dir, python=None, compose=None, programs=(), key_file=None
+        )
         r = t.run(argv, timeout=SCAN_TIMEOUT)
         if not r.ok:
-            return [
-                Finding(
-                    "facts", node.name, f"facts failed (exit {r.rc})", severity="warning"
-                )
-            ]
+            return [Finding("facts", node.name, f"facts failed (exit {r.rc})", severity="warning")]
         facts = parse_facts(r.stdout)
         out: list[Finding] = []
         if node.role == "head" and not own.alive.get(node.name):
@@ -284,8 +282,10 @@ class Doctor:
             total = int(plan.model.get("weights_bytes_total") or 0)
             cache = recipe.runtime.hf_cache
             held = space.parse_held(
-                t.run(space.held_command(space.hf_model_folder(cache, recipe.model.repo)),
-                      timeout=SCAN_TIMEOUT).stdout
+                t.run(
+                    space.held_command(space.hf_model_folder(cache, recipe.model.repo)),
+                    timeout=SCAN_TIMEOUT,
+                ).stdout
             )
             r = t.run(
                 facts_command(cache, python=None, compose=None, programs=(), key_file=None),
@@ -363,9 +363,7 @@ class Doctor:
         return report
 
 
-def _failed(
-    f: Finding, why: str, progress: Callable[[Finding, bool, str], None] | None
-) -> Finding:
+def _failed(f: Finding, why: str, progress: Callable[[Finding, bool, str], None] | None) -> Finding:
     if progress:
         progress(f, False, why)
     return replace(f, detail={**f.detail, "fix_error": why})
