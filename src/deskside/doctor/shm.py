@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deskside.doctor.findings import Finding
+from deskside.units import format_bytes
+
 KINDS: tuple[tuple[str, str], ...] = (
     ("nccl-", "NCCL"),
     ("psm_", "vLLM message queue"),
@@ -82,3 +85,64 @@ def parse_scan(text: str) -> tuple[list[Segment], int]:
 
 def orphans(segments: list[Segment]) -> list[Segment]:
     return [s for s in segments if s.orphan]
+
+
+# Remove one segment, checked again right before: still a regular file (not a link), and
+# still opened or mapped by no process. Exit 3: left alone (in use again, or gone).
+REMOVE_SH = r"""
+dir=$1; name=$2
+case $name in ''|*[!A-Za-z0-9._-]*) echo "refusing name '$name'" >&2; exit 2 ;; esac
+f=$dir/$name
+if [ -L "$f" ] || [ ! -f "$f" ]; then echo "$f is gone or not a file" >&2; exit 3; fi
+if { ls -l /proc/[0-9]*/fd 2>/dev/null; cat /proc/[0-9]*/maps 2>/dev/null; } \
+  | sed -n "s|.*\($dir/[^ ]*\).*|\1|p" | grep -qxF -- "$f"; then
+  echo "$f is in use now: left alone" >&2; exit 3
+fi
+rm -f -- "$f"
+"""
+
+
+def remove_command(name: str, directory: str = "/dev/shm") -> list[str]:
+    return ["sh", "-c", REMOVE_SH, "sh", directory, name]
+
+
+def shm_findings(
+    segments: list[Segment], skipped: int, node: str, directory: str = "/dev/shm"
+) -> list[Finding]:
+    """A fixable finding per orphan (its removal checks again that nothing uses it); one
+    info line for the segments of known kinds that are in use."""
+    out = [
+        Finding(
+            "shm-orphan",
+            node,
+            f"{directory}/{s.name}: {s.kind} shared memory no process uses, "
+            f"{format_bytes(s.bytes)}",
+            reclaimable_bytes=s.bytes,
+            fixable=True,
+            fix=f"rm {directory}/{s.name}",
+            action=tuple(remove_command(s.name, directory)),
+            detail={"path": f"{directory}/{s.name}"},
+        )
+        for s in orphans(segments)
+    ]
+    used = [s for s in segments if s.kind is not None and s.in_use]
+    if used:
+        out.append(
+            Finding(
+                "shm-in-use",
+                node,
+                f"{len(used)} segment(s) in {directory} held by running processes, "
+                f"{format_bytes(sum(s.bytes for s in used))} (not offered)",
+                severity="info",
+            )
+        )
+    if skipped:
+        out.append(
+            Finding(
+                "shm-skipped",
+                node,
+                f"{skipped} file(s) in {directory} with names doctor does not judge",
+                severity="info",
+            )
+        )
+    return out
