@@ -12,7 +12,7 @@ from types import FrameType
 
 import typer
 
-from deskside.cli import bench, exporter, fabric, monitor, plan, proxy, recipe, render, run
+from deskside.cli import bench, exporter, fabric, guard, monitor, plan, proxy, recipe, render, run
 from deskside.cli.common import err, fail, shown
 from deskside.errors import DesksideError
 
@@ -40,6 +40,7 @@ app.add_typer(monitor.app, name="monitor")
 app.command()(monitor.top)
 app.add_typer(render.app)  # `render` and `diff`, top-level
 app.command()(exporter.exporter)
+app.command()(guard.guard)
 
 
 class Interrupted(BaseException):
