@@ -25,6 +25,7 @@ from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG
 from deskside.runtime.records import NodeState, run_file, save_run, write_state
 from deskside.transport.local import LocalTransport
+
 from ..cli_process import ROOT, deskside
 from ..monitor_stub import run_record
 
