@@ -289,3 +289,42 @@ def test_no_stop_when_the_engine_is_already_gone(tmp_path: Path) -> None:
         guardian.step()
     assert guardian.stops == 0 and "/srv/r/guard.json" not in t.files
     assert not any(c[1][2:3] == (node_sh.STOP_SESSION_SH,) for c in t.calls)
+
+
+# -- the exporter's guard series
+
+
+def test_the_exporter_serves_what_the_guard_compares(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+
+    from deskside.exporter import series
+    from deskside.exporter.collect import Sources, registry_for
+
+    from .exporter_cases import PROC, parse
+
+    recipe = _recipe()
+    me = recipe.head
+    proc = PROC / "gb10-head"
+    leaf = CGROUP / "v2/sys/fs/cgroup/machine.slice/node0"
+    headroom = 2147483648 - (1900000000 - 200000000)  # the recorded machine.slice
+    guardian, _ = _guardian(tmp_path, _scripted(_state("process"), alive=True), 1024)
+    for cgroup, want, guarded in ((leaf, headroom, None), (None, None, guardian)):
+        sources = Sources(
+            recipe=recipe,
+            recipe_path=FLAGSHIP,
+            node=me,
+            proc_root=proc,
+            once=True,
+            cgroup=cgroup,
+            guardian=guarded,
+        )
+        samples = parse(generate_latest(registry_for(sources)[0]).decode())
+        available = samples[series.GUARD_AVAILABLE][0][1]
+        mem = samples[series.MEMORY_AVAILABLE][0][1]
+        assert available == (min(mem, want) if want is not None else mem)
+        if guarded is None:
+            assert series.GUARD_STOPS not in samples and series.GUARD_LOW_SECONDS not in samples
+        else:
+            assert samples[series.GUARD_WINDOW][0][1] == 10
+            assert samples[series.GUARD_LOW_SECONDS][0][1] == 0
+            assert samples[series.GUARD_STOPS][0][1] == 0
