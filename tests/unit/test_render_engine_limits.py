@@ -64,6 +64,24 @@ def test_flagship_native_unit_carries_memory_max_and_memlock() -> None:
     assert "Restart=always\n" in unit
 
 
+def test_native_unit_throttles_between_the_budget_and_the_limit() -> None:
+    recipe, bundle = _render(FLAGSHIP, kind="native", python="/opt/vllm/bin/python")
+    _, plan = load_and_plan(FLAGSHIP)
+    assert plan.memory is not None
+    limit = plan.memory.total_bytes - plan.memory.safety_floor_bytes
+    budget = plan.memory.vllm_budget_bytes
+    high = limit - (limit - budget) // 2
+    unit = _unit(bundle, "ai1", recipe)
+    assert f"MemoryHigh={high}\n" in unit and budget < high < limit
+    assert unit.index("MemoryHigh=") < unit.index("MemoryMax=")
+    assert "MemoryLimit=" not in unit  # deprecated; MemoryMax= covers cgroup v1 too
+    # a limit at or under the budget: the engine would always be throttled, so no line
+    recipe, bundle = _render(
+        FLAGSHIP, kind="native", python="/opt/vllm/bin/python", memory_max=budget
+    )
+    assert "MemoryHigh=" not in _unit(bundle, "ai1", recipe)
+
+
 def test_cpu_profile_has_no_limit_unless_the_recipe_sets_one() -> None:
     recipe, bundle = _render(LOCAL_TINY)
     unit = _unit(bundle, "node0", recipe)
@@ -72,6 +90,7 @@ def test_cpu_profile_has_no_limit_unless_the_recipe_sets_one() -> None:
     assert "LimitMEMLOCK" not in unit
     recipe, bundle = _render(LOCAL_TINY, memory_max=8 * GIB)
     assert f"MemoryMax={8 * GIB}\n" in _unit(bundle, "node0", recipe)
+    assert "MemoryHigh=" not in _unit(bundle, "node0", recipe)  # no planned budget on CPU
 
 
 def test_explicit_limit_overrides_the_hardware_one() -> None:

@@ -122,8 +122,9 @@ def test_exporter_alerts_read_the_exporter_series(flagship: tuple[Recipe, Bundle
     _, bundle = flagship
     rules = {r["alert"]: r for g in _yaml(bundle[RULES])["groups"] for r in g["rules"]}
     assert rules["MemoryBelowFloor"]["expr"] == (
-        f"{series.MEMORY_AVAILABLE} < {series.MEMORY_FLOOR}"
+        f"{series.GUARD_AVAILABLE} < {series.MEMORY_FLOOR}"
     )
+    assert rules["MemoryBelowFloor"]["for"] == "1m"  # guard.enforce off: it only warns
     assert rules["MemoryBelowFloor"]["labels"]["severity"] == "critical"
     assert rules["RoceGidDrift"]["expr"] == f"{series.GID_DRIFT} == 1"
     assert series.ENGINE_SINCE_TOKEN in rules["EngineWedged"]["expr"]
@@ -363,5 +364,5 @@ def test_context_builds_for_services() -> None:
     recipe, plan = load_and_plan(FLAGSHIP)
     ctx = build_context(recipe, FLAGSHIP, plan)
     tests = rule_tests.rule_tests(ctx)
-    assert tests["evaluation_interval"] == "60s"
+    assert tests["evaluation_interval"] == recipe.monitoring.scrape_interval  # as Prometheus
     assert len(tests["tests"]) >= 2 * 9

@@ -12,7 +12,19 @@ from types import FrameType
 
 import typer
 
-from deskside.cli import bench, doctor, exporter, fabric, monitor, plan, proxy, recipe, render, run
+from deskside.cli import (
+    bench,
+    doctor,
+    exporter,
+    fabric,
+    guard,
+    monitor,
+    plan,
+    proxy,
+    recipe,
+    render,
+    run,
+)
 from deskside.cli.common import err, fail, shown
 from deskside.errors import DesksideError
 
@@ -41,6 +53,7 @@ app.command()(monitor.top)
 app.add_typer(render.app)  # `render` and `diff`, top-level
 app.command()(exporter.exporter)
 app.command()(doctor.doctor)
+app.command()(guard.guard)
 
 
 class Interrupted(BaseException):

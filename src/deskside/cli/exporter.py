@@ -8,21 +8,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from deskside.cli.common import JsonFlag, emit_json, err, fail, out, shown
+from deskside.cli.guard import (
+    CgroupOpt,
+    StateDirOpt,
+    cgroup_folder,
+    find_node,
+    guardian_for,
+    log_line,
+)
 from deskside.errors import DesksideError, UsageError
 from deskside.exporter.series import EXPORTER_PORT
 
 if TYPE_CHECKING:
     from deskside.recipe.types import Node, Recipe
-
-
-def _node(recipe: Recipe, name: str) -> Node:
-    for node in recipe.cluster.nodes:
-        if node.name == name:
-            return node
-    raise UsageError(
-        f"--node {name!r}: recipe {recipe.name} has no such node",
-        hint="nodes: " + ", ".join(n.name for n in recipe.cluster.nodes),
-    )
 
 
 def _root(path: Path, flag: str) -> Path:
@@ -80,11 +78,14 @@ def exporter(
             "when no request runs and left out when requests run.",
         ),
     ] = False,
+    state_dir: StateDirOpt = None,
+    cgroup: CgroupOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Serve this node's deskside_* series on /metrics for Prometheus: memory against the
     plan's safety floor, RoCE GID index and drift, GPU readings (or gpu_present 0), engine
-    progress (head) and versions. Runs until SIGTERM or Ctrl-C."""
+    progress (head) and versions. Runs until SIGTERM or Ctrl-C. With guard.enforce in the
+    recipe it is also the node's memory guard (see `deskside guard`)."""
     from deskside.exporter.collect import Sources, registry_for
     from deskside.exporter.gpu import open_nvml
     from deskside.exporter.serve import exposition, samples, serve
@@ -95,17 +96,26 @@ def exporter(
 
     try:
         loaded, path = resolve_recipe(recipe)
-        me = _node(loaded, node)
+        me = find_node(loaded, node)
+        proc = _root(proc_root, "--proc-root")
+        folder = cgroup_folder(cgroup, sysfs_root, proc)
+        guardian = None
+        if loaded.guard.enforce and not once:
+            guardian = guardian_for(
+                loaded, path, me, state_dir=state_dir, proc_root=proc, cgroup=folder, log=log_line
+            )
         sources = Sources(
             recipe=loaded,
             recipe_path=path,
             node=me,
             sysfs_root=_root(sysfs_root, "--sysfs-root"),
-            proc_root=_root(proc_root, "--proc-root"),
+            proc_root=proc,
             engine_url=_engine_url(loaded, me, engine_url),
             nvml=open_nvml(),
             once=once,
             warn=warn,
+            cgroup=folder,
+            guardian=guardian,
         )
         registry, _ = registry_for(sources)
         if once:
@@ -128,6 +138,11 @@ def exporter(
                     highlight=False,
                 )
 
-        serve(registry, address, port, ready)
+        until = guardian.start()[1] if guardian is not None else None
+        try:
+            serve(registry, address, port, ready)
+        finally:
+            if until is not None:
+                until.set()
     except DesksideError as exc:
         fail(exc, as_json)

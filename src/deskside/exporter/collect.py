@@ -25,6 +25,7 @@ from deskside.exporter.gpu import Nvml, read_gpus
 from deskside.exporter.memory import floor_bytes, read_meminfo
 from deskside.exporter.running import EngineFinder
 from deskside.exporter.versions import LABELS, static_versions, with_engine
+from deskside.guard.watch import Guardian, read_sample
 from deskside.recipe.types import Node, Recipe
 
 
@@ -43,6 +44,8 @@ class Sources:
     clock: Callable[[], float] = time.monotonic
     once: bool = False  # a single collection: no memory between samples
     warn: Callable[[str], None] = field(default=lambda message: None)
+    cgroup: Path | None = None  # the watched scope's memory cgroup folder (deskside.guard)
+    guardian: Guardian | None = None  # the guard, when the recipe enforces it
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -104,6 +107,7 @@ class NodeCollector(Collector):
         )
         floor.add_metric(n, self.floor)
         yield floor
+        yield from self._guard()
         gpus = read_gpus(self.s.nvml, mem)
         present = _gauge(series.GPU_PRESENT, "GPUs NVML sees on the node (0: no GPU).", ["node"])
         present.add_metric(n, len(gpus))
@@ -133,6 +137,41 @@ class NodeCollector(Collector):
                 if value is not None:
                     family.add_metric([self.node, str(gpu.index)], value)
         yield from (f for f in families.values() if f.samples)
+
+    def _guard(self) -> Iterator[Metric]:
+        n = [self.node]
+        available = read_sample(self.s.proc_root, self.s.cgroup).available
+        if available is not None:
+            gauge = _gauge(
+                series.GUARD_AVAILABLE,
+                "Memory the guard compares with the floor: the smaller of MemAvailable and "
+                "the node's memory cgroup headroom (limit less working set), bytes.",
+                ["node"],
+            )
+            gauge.add_metric(n, available)
+            yield gauge
+        guardian = self.s.guardian
+        if guardian is None:
+            return
+        low = _gauge(
+            series.GUARD_LOW_SECONDS,
+            "Seconds available memory has stayed under the floor (0: over it).",
+            ["node"],
+        )
+        low.add_metric(n, guardian.low_seconds())
+        window = _gauge(
+            series.GUARD_WINDOW,
+            "guard.window: seconds under the floor after which the guard stops the engine.",
+            ["node"],
+        )
+        window.add_metric(n, guardian.window)
+        stops = CounterMetricFamily(
+            series.GUARD_STOPS,
+            "Times the guard stopped the node's engine since the exporter started.",
+            labels=["node"],
+        )
+        stops.add_metric(n, guardian.stops)
+        yield from (low, window, stops)
 
     def _roce(self) -> Iterator[Metric]:
         node = self.s.node

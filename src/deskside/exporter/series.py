@@ -13,6 +13,12 @@ MEMORY_TOTAL = "deskside_memory_total_bytes"  # MemTotal, bytes
 MEMORY_AVAILABLE = "deskside_memory_available_bytes"  # MemAvailable, bytes
 MEMORY_FLOOR = "deskside_memory_floor_bytes"  # the plan's safety floor for the node, bytes
 
+# the guard (deskside.guard): what it compares with the floor, and what it did
+GUARD_AVAILABLE = "deskside_guard_available_bytes"  # min(MemAvailable, cgroup headroom)
+GUARD_LOW_SECONDS = "deskside_guard_low_seconds"  # how long available is under the floor
+GUARD_WINDOW = "deskside_guard_window_seconds"  # guard.window: the engine stops past it
+GUARD_STOPS = "deskside_guard_stops_total"  # engine stops by the guard since the start
+
 # RoCE: labels node, device, port (index) / node, device (drift)
 GID_INDEX = "deskside_roce_gid_index"  # the GID index the fabric address resolves to now
 GID_DRIFT = "deskside_roce_gid_drift"  # 1: differs from the running engine's index

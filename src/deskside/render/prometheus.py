@@ -18,7 +18,9 @@ Alerts (vLLM's own metric names, as its /metrics exports them):
 - SpecAcceptanceCollapse (speculative decoding only): accepted / drafted tokens below
   guard.min_spec_acceptance while drafts are being made;
 - NodeExporterDown: a node's node_exporter does not answer;
-- MemoryBelowFloor: a node's MemAvailable under the plan's safety floor (deskside's exporter);
+- MemoryBelowFloor: a node's available memory (the guard's: MemAvailable, or the memory
+  cgroup's headroom when smaller) under the plan's safety floor (deskside's exporter); with
+  guard.enforce it fires before the guard stops the engine (`below_floor_for`);
 - RoceGidDrift: the GID index the fabric address resolves to now differs from the one the
   running engine was launched with;
 - EngineWedged: requests are running but no token has come for `ENGINE_WEDGED_SECONDS`;
@@ -29,6 +31,7 @@ Alerts (vLLM's own metric names, as its /metrics exports them):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from deskside.engine.launch import probe_host
@@ -46,6 +49,30 @@ ENGINE_WEDGED_SECONDS = 300
 legitimate silence is a prefill of a whole context with nothing else decoding: the flagship's
 204,800 tokens at a conservative 2,000 prompt tokens per second take ~100 s. 300 s stays clear
 of that and still catches a wedged engine (a hung collective, a dead rank) within minutes."""
+
+BELOW_FLOOR_FOR_SECONDS = 60
+"""MemoryBelowFloor's `for:` when the guard only warns (guard.enforce false)."""
+
+_DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def seconds(duration: str) -> float:
+    """A Prometheus duration ('1m', '1h30m') in seconds."""
+    return sum(int(n) * _UNITS[u] for n, u in _DURATION.findall(duration))
+
+
+def below_floor_for(ctx: RenderContext) -> int:
+    """Seconds MemoryBelowFloor waits before it fires. With guard.enforce it must fire
+    before the guard stops the engine: a drop can land just after a scrape and show one
+    scrape late, and the rule is evaluated once per scrape interval, so the alert waits the
+    window less two scrape intervals (at least 0, at most BELOW_FLOOR_FOR_SECONDS)."""
+    guard = ctx.recipe.guard
+    if not guard.enforce:
+        return BELOW_FLOOR_FOR_SECONDS
+    scrape = seconds(ctx.recipe.monitoring.scrape_interval)
+    return max(0, min(BELOW_FLOOR_FOR_SECONDS, int(guard.window - 2 * scrape)))
+
 
 RULES_FILE = "rules/deskside.rules.yml"
 RULES_TEST_FILE = "rules/deskside.rules.test.yml"
@@ -155,7 +182,7 @@ def alert_rules(ctx: RenderContext) -> dict[str, Any]:
             },
         },
     ]
-    rules += exporter_rules()
+    rules += exporter_rules(ctx)
     if recipe.engine.speculative is not None and guard.min_spec_acceptance > 0:
         drafts = "rate(vllm:spec_decode_num_draft_tokens_total[10m])"
         accepted = "rate(vllm:spec_decode_num_accepted_tokens_total[10m])"
@@ -179,21 +206,39 @@ def alert_rules(ctx: RenderContext) -> dict[str, Any]:
     return {"groups": [{"name": f"deskside-{recipe.name}", "rules": rules}]}
 
 
-def exporter_rules() -> list[dict[str, Any]]:
+def _duration(whole_seconds: int) -> str:
+    """A Prometheus duration: whole minutes as '1m', else seconds."""
+    if whole_seconds and whole_seconds % 60 == 0:
+        return f"{whole_seconds // 60}m"
+    return f"{whole_seconds}s"
+
+
+def _below_floor(ctx: RenderContext) -> dict[str, Any]:
+    guard = ctx.recipe.guard
+    then = (
+        f"deskside's guard stops the engine once it has stayed there for {guard.window:g} s."
+        if guard.enforce
+        else "stop what else runs there."
+    )
+    return {
+        "alert": "MemoryBelowFloor",
+        "expr": f"{series.GUARD_AVAILABLE} < {series.MEMORY_FLOOR}",
+        "for": _duration(below_floor_for(ctx)),
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "Memory below the safety floor on {{ $labels.node }}",
+            "description": "Only {{ $value | humanize1024 }}B of memory is available (the "
+            "smaller of MemAvailable and the node's memory cgroup headroom), under the floor "
+            "the plan keeps outside vLLM. On unified-memory hosts (GB10) CPU and GPU share it, "
+            f"and running out freezes the host: {then}",
+        },
+    }
+
+
+def exporter_rules(ctx: RenderContext) -> list[dict[str, Any]]:
     """The alerts on the series of deskside's exporter."""
     return [
-        {
-            "alert": "MemoryBelowFloor",
-            "expr": f"{series.MEMORY_AVAILABLE} < {series.MEMORY_FLOOR}",
-            "for": "1m",
-            "labels": {"severity": "critical"},
-            "annotations": {
-                "summary": "Memory below the safety floor on {{ $labels.node }}",
-                "description": "Only {{ $value | humanize1024 }}B of memory is available, under "
-                "the floor the plan keeps outside vLLM. On unified-memory hosts (GB10) CPU and "
-                "GPU share it, and running out freezes the host: stop what else runs there.",
-            },
-        },
+        _below_floor(ctx),
         {
             "alert": "RoceGidDrift",
             "expr": f"{series.GID_DRIFT} == 1",

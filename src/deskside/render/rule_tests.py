@@ -23,6 +23,7 @@ from deskside.render.prometheus import (
     MEMORY_AVAILABLE_WARN,
     RULES_FILE,
     alert_rules,
+    seconds,
 )
 from deskside.render.serialize import comment_header, yaml_text
 
@@ -32,14 +33,6 @@ INTERVAL_SECONDS = 60
 GIB = 1 << 30
 MEM_TOTAL = 128 * GIB  # a GB10's unified memory
 MEM_FLOOR = 21 * GIB  # the gb10 profile's safety floor
-
-_DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-
-def seconds(duration: str) -> float:
-    """A Prometheus duration ('1m', '1h30m') in seconds."""
-    return sum(int(n) * _UNITS[u] for n, u in _DURATION.findall(duration))
 
 
 def _go_float(value: float) -> str:
@@ -115,6 +108,8 @@ class Case:
     fires: bool
     labels: dict[str, str] = field(default_factory=dict)  # the alert's labels from the data
     value: float = 0.0  # the alert's $value when it fires
+    at: int | None = None  # evaluate at this second (default: after the rule's `for:`)
+    interval: int = INTERVAL_SECONDS  # seconds between input samples
 
 
 def _node(ctx: RenderContext, job: str, port: int | None = None) -> dict[str, str]:
@@ -164,12 +159,31 @@ def _floor(ctx: RenderContext) -> list[Case]:
     below, above = MEM_FLOOR - GIB, MEM_FLOOR + GIB
 
     def avail(v: int) -> Series:
-        return Series(series.MEMORY_AVAILABLE, labels, v)
+        return Series(series.GUARD_AVAILABLE, labels, v)
 
-    return [
+    cases = [
         Case("available under the floor", (avail(below), floor), True, labels, below),
         Case("available over the floor", (avail(above), floor), False),
     ]
+    guard = ctx.recipe.guard
+    if guard.enforce:
+        # under the floor from the first sample, one sample per scrape: the alert must
+        # fire by the last evaluation before the guard acts, one scrape before the window
+        # ends (the drop may show a scrape late)
+        scrape = max(1, int(seconds(ctx.recipe.monitoring.scrape_interval)))
+        at = max(0, int(guard.window) - scrape)
+        cases.append(
+            Case(
+                f"fires before the guard stops the engine ({guard.window:g} s)",
+                (avail(below), floor),
+                True,
+                labels,
+                below,
+                at=at - at % scrape,
+                interval=scrape,
+            )
+        )
+    return cases
 
 
 def _gid(ctx: RenderContext) -> list[Case]:
@@ -237,8 +251,8 @@ LOOKBACK_SECONDS = {"SpecAcceptanceCollapse": 600}
 def _test(rule: dict[str, Any], case: Case) -> dict[str, Any]:
     name = rule["alert"]
     wait = seconds(rule.get("for", "0s")) + LOOKBACK_SECONDS.get(name, 0)
-    eval_seconds = int(wait) + 2 * INTERVAL_SECONDS
-    samples = eval_seconds // INTERVAL_SECONDS + 5
+    eval_seconds = int(wait) + 2 * case.interval if case.at is None else case.at
+    samples = eval_seconds // case.interval + 5
     expected: list[dict[str, Any]] = []
     if case.fires:
         labels = {**case.labels, **rule.get("labels", {})}
@@ -253,7 +267,7 @@ def _test(rule: dict[str, Any], case: Case) -> dict[str, Any]:
         )
     return {
         "name": f"{name}: {case.what} ({'fires' if case.fires else 'quiet'})",
-        "interval": f"{INTERVAL_SECONDS}s",
+        "interval": f"{case.interval}s",
         "input_series": [
             {"series": s.selector(), "values": s.values(samples)} for s in case.inputs
         ],
@@ -277,7 +291,8 @@ def rule_tests(ctx: RenderContext) -> dict[str, Any]:
         tests += [_test(rule, case) for case in CASES[name](ctx)]
     return {
         "rule_files": [RULES_FILE.rpartition("/")[2]],
-        "evaluation_interval": f"{INTERVAL_SECONDS}s",
+        # as Prometheus evaluates them (prometheus.yml: evaluation_interval = scrape_interval)
+        "evaluation_interval": ctx.recipe.monitoring.scrape_interval,
         "tests": tests,
     }
 

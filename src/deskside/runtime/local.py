@@ -152,6 +152,7 @@ class LocalStart:
             if recipe.proxy.master_key_file
             else key_dir / secrets.PROXY_MASTER_KEY,
             engine_env=secrets.engine_env_path(recipe.name),
+            state_dirs={name: la.recipe_dir for name, la in self.layouts.items()},
         )
         if recipe.proxy.enabled:
             port = recipe.proxy.port

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from deskside.exporter.series import EXPORTER_PORT
@@ -84,6 +84,7 @@ class ServiceFiles:
     recipe: Path  # the recipe as this run uses it, for the exporters
     master_key: Path
     engine_env: Path
+    state_dirs: Mapping[str, str] = field(default_factory=dict)  # node: its state folder
 
 
 def with_env_file(argv: Sequence[str], env_file: str) -> tuple[str, ...]:
@@ -225,6 +226,8 @@ def service_launches(
                 "--port",
                 str(EXPORTER_PORT),
             )
+            if node.name in files.state_dirs:  # the guard's stop reads the node's state
+                argv += ("--state-dir", files.state_dirs[node.name])
             out.append(
                 ServiceLaunch(
                     "exporter",

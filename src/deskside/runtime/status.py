@@ -16,10 +16,12 @@ import httpx
 
 from deskside.engine.http import engine_metrics, health
 from deskside.errors import DesksideError, UsageError
+from deskside.guard.record import MAX_GUARD_BYTES, GuardRecord, guard_path, parse_record
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower
 from deskside.runtime.records import (
+    STATE_READ_SH,
     BadState,
     NodeState,
     RunNode,
@@ -129,6 +131,16 @@ def _transport(
     return transport_for(node, run.known_hosts)
 
 
+def guard_stop(t: Transport, recipe_dir: str, state: NodeState) -> GuardRecord | None:
+    """The guard's record of stopping this start of the engine (guard.json), if any."""
+    path = guard_path(recipe_dir)
+    r = t.run(["sh", "-c", STATE_READ_SH, "sh", path, str(MAX_GUARD_BYTES)], timeout=30)
+    record = parse_record(r.stdout) if r.ok else None
+    if record is None or record.run_started_at != state.started_at:
+        return None  # none, or one of an earlier start
+    return record
+
+
 def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
     """One node: its state file, the engine's liveness, processes and memory, or the
     reason it is gone (the failure its log explains, else its last line)."""
@@ -152,6 +164,10 @@ def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
     if control.alive(t, state):
         processes, rss = control.stats(t, state)
         return NodeStatus(node.name, node.role, pid, "running", rss, processes, None, services)
+    stopped = guard_stop(t, node.recipe_dir, state)
+    if stopped is not None:
+        reason = f"{node.name} ({node.role}): {stopped.reason()}"
+        return NodeStatus(node.name, node.role, pid, "exited", 0, 0, reason, services)
     follower = LogFollower(node.name, state.log or run.unit)
     events = follower.feed(control.tail(t, state, 200).encode())
     last = next((e for e in reversed(events) if e.kind in FAILURE_EVENTS), None)
