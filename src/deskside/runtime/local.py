@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from deskside import localnet, secrets
+from deskside.doctor.match import must_match, refusal, refusal_text
 from deskside.engine.launch import NodeLaunch, Site, launches
 from deskside.errors import DesksideError, PlanRefused
 from deskside.home import runs_dir
@@ -206,6 +207,13 @@ class LocalStart:
             self.existing = localnet.existing_namespaces(self.transports[HERE])
         shm = self.transports[HERE].run(node_sh.shm_list())
         self.record.shm_before = shm.stdout.split() if shm.ok else []
+        # namespaces share this machine's files: read those nodes in the root namespace
+        here = {n.name: self.transports[HERE if n.netns else n.name] for n in recipe.cluster.nodes}
+        found = must_match(recipe, self.recipe_path, here, site=self.site)
+        problems, notes = refusal(found, self.recipe_path)
+        self.report.notes += notes
+        if problems:
+            raise DesksideError(*refusal_text(problems))
         where = "network namespaces" if self.net else "processes"
         return Outcome(f"{len(recipe.cluster.nodes)} nodes as {where} on this machine")
 
