@@ -1,7 +1,8 @@
 """The deploy's first stages: facts and files.
 
     preflight  every node: reachable, root/sudo where needed, ports free on the head,
-               Python with vLLM (native) or Docker (container), free disk
+               Python with vLLM (native) or Docker (container), free disk; and across the
+               nodes, what must match (`deskside.doctor.match`: NCCL build, driver, ...)
     render     `deskside.render.assemble.render`: the bundle and its lock
     diff       the new lock against the head's `current/cluster/deskside.lock`
     push       every node's bundle folder (the head's with `cluster/`) into a staging

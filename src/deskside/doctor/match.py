@@ -21,7 +21,7 @@ from pathlib import Path
 
 from deskside.deploy.preflight import node_python
 from deskside.doctor.findings import Finding, Severity
-from deskside.doctor.match_facts import NONE, MatchFacts, match_args, match_command, parse_match
+from deskside.doctor.match_facts import NONE, MatchFacts, match_args, parse_match
 from deskside.engine.launch import Site, node_env
 from deskside.errors import DesksideError
 from deskside.fabric.nccl import fabric_envs
@@ -256,7 +256,7 @@ def must_match(
         return []
     site = site or default_site(recipe, recipe_path)
     envs = {n: dict(f.env) for n, f in fabric_envs(recipe).items()}
-    python = site.python if recipe.runtime.kind == "native" else node_python(recipe)
+    python = site.python
 
     def read(node: Node) -> NodeMatch | Finding:
         env = node_env(recipe, node, site, envs[node.name])
@@ -328,6 +328,3 @@ def _unreachable(node: str, why: str, hint: str | None) -> Finding:
         severity="problem",
         fix=hint or f"check that {node} is up and reachable (ssh), then run doctor again",
     )
-
-
-__all__ = ["CLOCK_SKEW_LIMIT", "NodeMatch", "compare", "match_command", "must_match"]

@@ -3,11 +3,12 @@
 place, each node's state and log under `$DESKSIDE_HOME/runs/<recipe>/nodes/<node>/`.
 
 Stages: preflight (the plan fits, the model exists, the run is not up already, the
-enabled services' programs exist) -> network (the namespaces and the bridge) -> start
-(workers first, then the head) -> ready (/health, every alias in /v1/models, the engine's KV
-line) -> services (the proxy and the monitoring the recipe enables, each answering; see
-`deskside.runtime.services`) -> contract (a completion per name, through the proxy when
-there is one). A failure from `network` on stops everything this start began.
+enabled services' programs exist, the nodes match: `deskside.doctor.match`) -> network
+(the namespaces and the bridge) -> start (workers first, then the head) -> ready (/health,
+every alias in /v1/models, the engine's KV line) -> services (the proxy and the monitoring
+the recipe enables, each answering; see `deskside.runtime.services`) -> contract (a
+completion per name, through the proxy when there is one). A failure from `network` on
+stops everything this start began.
 
 With a proxy the engine answers /v1 only with its own key (the proxy is the only door), as
 on deployed nodes: the head's engine reads it from $DESKSIDE_HOME/secrets/<recipe>/engine.env.
