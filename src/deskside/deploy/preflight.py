@@ -73,6 +73,10 @@ if [ -n "$key_file" ]; then
     echo key_mode=missing
   fi
 fi
+if [ $# -gt 6 ]; then
+  then_sh=$7; shift 7
+  sh -c "$then_sh" "$@"
+fi
 """
 
 
@@ -83,9 +87,11 @@ def facts_command(
     compose: str | None,
     programs: Sequence[str],
     key_file: str | None,
+    then: Sequence[str] = (),
 ) -> list[str]:
     """`programs`: the services' programs to look for on the node (names without spaces:
-    the recipe's fields refuse them)."""
+    the recipe's fields refuse them). `then`: a further fact script and its arguments
+    (`$0` first) run in the same round trip, e.g. `deskside.doctor.match_facts`."""
     return [
         "sh",
         "-c",
@@ -97,6 +103,7 @@ def facts_command(
         " ".join(programs),
         key_file or "",
         PYTHON_PROBE,
+        *then,
     ]
 
 

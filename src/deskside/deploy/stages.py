@@ -1,7 +1,8 @@
 """The deploy's first stages: facts and files.
 
     preflight  every node: reachable, root/sudo where needed, ports free on the head,
-               Python with vLLM (native) or Docker (container), free disk
+               Python with vLLM (native) or Docker (container), free disk; and across the
+               nodes, what must match (`deskside.doctor.match`: NCCL build, driver, ...)
     render     `deskside.render.assemble.render`: the bundle and its lock
     diff       the new lock against the head's `current/cluster/deskside.lock`
     push       every node's bundle folder (the head's with `cluster/`) into a staging
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 from deskside import lock as lockfile
@@ -23,6 +25,7 @@ from deskside import secrets
 from deskside.deploy import preflight as pf
 from deskside.deploy import releases as rel
 from deskside.deploy.deployment import Deployment, StageFailed
+from deskside.doctor import match
 from deskside.errors import DesksideError, PlanRefused, UsageError
 from deskside.layout import MANIFEST_FILE, model_upload
 from deskside.render.assemble import render
@@ -65,6 +68,7 @@ def preflight(d: Deployment) -> Outcome:
         compose_program=recipe.runtime.compose,
     )
     head_launch = d.launch(d.head)
+    matched: list[match.NodeMatch] = []
     for node in recipe.cluster.nodes:
         t = d.t(node.name)
         argv = pf.facts_command(
@@ -73,9 +77,13 @@ def preflight(d: Deployment) -> Outcome:
             compose=recipe.runtime.compose if recipe.runtime.kind == "container" else None,
             programs=list(pf.service_programs(recipe, node.role == "head")),
             key_file=recipe.proxy.master_key_file if node.role == "head" else None,
+            # what must match across the nodes, in the same round trip
+            then=match.preflight_args(recipe, node, d.launch(node.name).env_dict),
         )
         try:
+            sent = time.time()
             r = t.run(argv, timeout=60)
+            received = time.time()
         except DesksideError as exc:
             findings.append(pf.Finding(node.name, exc.message, exc.hint))
             continue
@@ -85,6 +93,7 @@ def preflight(d: Deployment) -> Outcome:
             )
             continue
         facts = pf.parse_facts(r.stdout)
+        matched.append(match.read_preflight(recipe, node, r.stdout, sent, received))
         control = base.with_sudo(() if facts.root or base.kind == "process" else ("sudo", "-n"))
         d.controls[node.name] = control
         try:
@@ -105,6 +114,9 @@ def preflight(d: Deployment) -> Outcome:
         )
         findings.extend(check.problems)
         d.report.notes.extend(check.notes)
+    drift, notes = match.refusal(match.compare(matched), d.recipe_path)
+    findings += [pf.Finding(f.node, f.what, f.fix) for f in drift]
+    d.report.notes += notes
     if findings:
         raise _fail_findings(findings)
     running = [n for n, alive in d.old_alive.items() if alive]

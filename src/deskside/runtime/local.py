@@ -3,11 +3,12 @@
 place, each node's state and log under `$DESKSIDE_HOME/runs/<recipe>/nodes/<node>/`.
 
 Stages: preflight (the plan fits, the model exists, the run is not up already, the
-enabled services' programs exist) -> network (the namespaces and the bridge) -> start
-(workers first, then the head) -> ready (/health, every alias in /v1/models, the engine's KV
-line) -> services (the proxy and the monitoring the recipe enables, each answering; see
-`deskside.runtime.services`) -> contract (a completion per name, through the proxy when
-there is one). A failure from `network` on stops everything this start began.
+enabled services' programs exist, the nodes match: `deskside.doctor.match`) -> network
+(the namespaces and the bridge) -> start (workers first, then the head) -> ready (/health,
+every alias in /v1/models, the engine's KV line) -> services (the proxy and the monitoring
+the recipe enables, each answering; see `deskside.runtime.services`) -> contract (a
+completion per name, through the proxy when there is one). A failure from `network` on
+stops everything this start began.
 
 With a proxy the engine answers /v1 only with its own key (the proxy is the only door), as
 on deployed nodes: the head's engine reads it from $DESKSIDE_HOME/secrets/<recipe>/engine.env.
@@ -24,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from deskside import localnet, secrets
+from deskside.doctor.match import must_match, refusal, refusal_text
 from deskside.engine.launch import NodeLaunch, Site, launches
 from deskside.errors import DesksideError, PlanRefused
 from deskside.home import runs_dir
@@ -207,6 +209,13 @@ class LocalStart:
             self.existing = localnet.existing_namespaces(self.transports[HERE])
         shm = self.transports[HERE].run(node_sh.shm_list())
         self.record.shm_before = shm.stdout.split() if shm.ok else []
+        # namespaces share this machine's files: read those nodes in the root namespace
+        here = {n.name: self.transports[HERE if n.netns else n.name] for n in recipe.cluster.nodes}
+        found = must_match(recipe, self.recipe_path, here, site=self.site)
+        problems, notes = refusal(found, self.recipe_path)
+        self.report.notes += notes
+        if problems:
+            raise DesksideError(*refusal_text(problems))
         where = "network namespaces" if self.net else "processes"
         return Outcome(f"{len(recipe.cluster.nodes)} nodes as {where} on this machine")
 
