@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,21 +84,38 @@ def _must_match(s: Setup, recipe_path: Path) -> list:  # type: ignore[type-arg]
 
 
 def test_must_match_names_both_nccl_builds(setup: Setup) -> None:
-    t0 = time.monotonic()
     found = _must_match(setup, setup.drifted)
-    seconds = time.monotonic() - t0
     problems = [f for f in found if f.severity == "problem"]
     assert [f.kind for f in problems] == ["drift"], found
     what = problems[0].what
     assert what.startswith("NCCL library differs: node0 ")
     assert setup.sha256[0] in what and setup.sha256[1] in what
-    assert seconds < 10, seconds  # two SSH connections and one round trip each
 
 
 def test_the_same_build_on_both_hosts_is_no_drift(setup: Setup) -> None:
     found = _must_match(setup, setup.same)
     assert [f.kind for f in found] == ["match"], found
     assert "NCCL library" in found[0].what and "vLLM" in found[0].what
+
+
+def test_doctor_names_the_drift_over_ssh(setup: Setup) -> None:
+    r = deskside(
+        "doctor",
+        str(setup.drifted),
+        "--known-hosts",
+        str(setup.hosts.known_hosts),
+        "--json",
+        home=setup.home,
+        timeout=300,
+    )
+    assert r.returncode != 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    drift = [f for f in report["findings"] if f["kind"] == "drift"]
+    assert len(drift) == 1, report["findings"]
+    assert drift[0]["what"].startswith("NCCL library differs")
+    assert setup.sha256[0] in drift[0]["what"] and setup.sha256[1] in drift[0]["what"]
+    assert drift[0]["fixable"] is False and drift[0]["fixed"] is False
+    assert report["ok"] is False
 
 
 def test_up_refuses_in_preflight_and_changes_nothing(setup: Setup) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,13 +23,10 @@ KnownHosts = Annotated[
 
 
 def _extra_checks() -> list[ExtraCheck]:
-    """The checks of nodes that must match, when this deskside has them."""
-    if importlib.util.find_spec("deskside.doctor.match") is None:
-        return []
-    from deskside.doctor import match  # type: ignore[attr-defined,unused-ignore]
+    """The checks of nodes that must match (kernel, driver, CUDA, NCCL, vLLM, clock, MTU)."""
+    from deskside.doctor.match import must_match
 
-    check = getattr(match, "must_match", None)
-    return [check] if callable(check) else []
+    return [must_match]
 
 
 def _table(report: DoctorReport) -> Table:

@@ -138,7 +138,7 @@ class Doctor:
                 )
         for check in self.extra_checks:
             try:
-                report.findings += check(recipe, self.recipe_path, self.transports)
+                report.findings += check(recipe, self.recipe_path, self.state_transports())
             except DesksideError as exc:
                 report.findings.append(Finding("check", HERE, exc.message, severity="warning"))
         return report
