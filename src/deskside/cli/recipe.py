@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from deskside.cli import model_pull
 from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out, shown
 from deskside.errors import DesksideError, UsageError
 
@@ -54,3 +55,6 @@ def model_tiny(
         emit_json({"arch": arch, "path": str(path)})
     else:
         out.print(f"wrote tiny {shown(arch)} model to {shown(path)}")
+
+
+model_app.command("pull")(model_pull.pull)
