@@ -176,7 +176,7 @@ class _Bars:
 
     def finish(self, path: str, status: str) -> None:
         task = self._task(path)
-        colour = "green" if status in ("downloaded", "cached") else "red"
+        colour = {"downloaded": "green", "cached": "green", "checking": "dim"}.get(status, "red")
         self._progress.update(task, description=f"{shown(path)} [{colour}]{status}[/]")
 
     def note(self, text: str) -> None:

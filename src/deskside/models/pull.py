@@ -251,8 +251,11 @@ def _run_all(
                 reports[futures[fut]] = fut.result()
     except BaseException:  # Ctrl-C (the CLI raises its own BaseException), or a bug
         stop.set()  # each download stops at its next chunk; huggingface_hub drops its part file
+        sink.note(
+            "stopping: finished files are kept, run the same command again to go on "
+            "(Ctrl-C again to quit at once)"
+        )
         pool.shutdown(wait=True, cancel_futures=True)
-        sink.note("stopped: finished files are kept; run the same command again to go on")
         raise
     pool.shutdown(wait=True)
     return [reports[f.path] for f in files]
@@ -294,11 +297,15 @@ def _one(
         return report
     if not had_pointer:
         report.status = "downloaded" if not had_blob else "cached"
-    actual = file_digest(Path(got), digest.algorithm, f.size)
-    report.actual = actual.hex
-    if actual != digest:
-        report.status = "mismatch"
-        report.removed, report.command = remove_bad(paths, pointer, had_pointer, had_blob)
+    sink.finish(f.path, "checking")
+    try:
+        actual = file_digest(Path(got), digest.algorithm, f.size)
+        report.actual = actual.hex
+        if actual != digest:
+            report.status = "mismatch"
+            report.removed, report.command = remove_bad(paths, pointer, had_pointer, had_blob)
+    except OSError as exc:
+        report.status, report.message = "failed", _describe(exc)
     sink.finish(f.path, report.status)
     return report
 
@@ -387,25 +394,24 @@ class _Bar:
 @contextmanager
 def _count_retries(sink: Progress) -> Iterator[list[int]]:
     """Count huggingface_hub's resumed transfers (its 'Trying to resume download' warning)
-    and pass its warnings to `sink` instead of stderr."""
+    and send its warnings to `sink` instead of its own stderr handler."""
     count = [0]
     logger = logging.getLogger("huggingface_hub")
 
     class Forward(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            text = record.getMessage()
+            text = " ".join(record.getMessage().split())
             if "resume download" in text:
                 count[0] += 1
-            sink.note(text.splitlines()[-1] if text else text)
+            sink.note(text)
 
-    handler = Forward(level=logging.WARNING)
-    logger.addHandler(handler)
-    propagate, logger.propagate = logger.propagate, False
+    saved = logger.handlers[:], logger.propagate
+    logger.handlers = [Forward(level=logging.WARNING)]
+    logger.propagate = False
     try:
         yield count
     finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
+        logger.handlers, logger.propagate = saved
 
 
 @contextmanager
