@@ -110,6 +110,8 @@ def _print(result: object) -> None:
     got = sum(1 for f in result.files if f.status == "downloaded")
     via_xet = sum(1 for f in result.files if f.transfer == "xet")
     how = f"{via_xet} with hf_xet {result.xet}, " if via_xet else ""
+    if result.xet is None:
+        how = f"plain HTTP: {result.xet_note}, "
     for f in bad:
         what = f.message or f"{f.algorithm} {f.actual} but the hub lists {f.expected}"
         err.print(f"[bold red]{shown(f.status)}:[/] {shown(f.path)}: {shown(what)}")
