@@ -93,6 +93,15 @@ class FakeHub:
         suffix = f"/resolve/{self.commit}/{path}"
         return [r for r in self.requests if r.method == "GET" and r.path.endswith(suffix)]
 
+    def gets_of_files(self) -> list[Request]:
+        """The GETs of any file's resolve URL."""
+        return [r for r in self.requests if r.method == "GET" and "/resolve/" in r.path]
+
+    def model_requests(self) -> list[Request]:
+        """Requests about the repo (not huggingface_hub's own look-ups such as
+        /api/agent-harnesses)."""
+        return [r for r in self.requests if self.repo in r.path]
+
     def start(self) -> FakeHub:
         hub = self
 

@@ -121,7 +121,7 @@ def test_pull_fetches_the_pinned_revision_and_the_engine_reads_it_offline(
     )
     assert offline.returncode == 0, offline.stderr
     assert offline.stdout.strip() == str(snap)
-    assert hub.requests == []
+    assert hub.model_requests() == []
 
 
 def test_a_corrupted_download_is_caught_and_not_left_in_the_cache(
@@ -148,7 +148,7 @@ def test_a_corrupted_download_is_caught_and_not_left_in_the_cache(
     proc = run(tmp_path, hub, str(recipe))
     assert proc.returncode == 0, proc.stderr
     assert "1 downloaded" in proc.stdout
-    assert [r.path.rsplit("/", 1)[1] for r in hub.requests if r.method == "GET"] == [bad]
+    assert [r.path.rsplit("/", 1)[1] for r in hub.gets_of_files()] == [bad]
     assert (snap / bad).read_bytes() == hub.files[bad].data
 
 
