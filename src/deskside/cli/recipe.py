@@ -54,3 +54,10 @@ def model_tiny(
         emit_json({"arch": arch, "path": str(path)})
     else:
         out.print(f"wrote tiny {shown(arch)} model to {shown(path)}")
+
+
+from deskside.cli import model_sync  # noqa: E402 - the model commands of model_app
+
+model_app.command("manifest")(model_sync.model_manifest)
+model_app.command("verify")(model_sync.model_verify)
+model_app.command("sync")(model_sync.model_sync)

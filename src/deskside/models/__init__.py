@@ -1,0 +1,1 @@
+"""Model delivery: pull, manifest, verify, sync."""
