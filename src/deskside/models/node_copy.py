@@ -11,9 +11,10 @@ on a port the kernel picks and writes it to a progress file; the sender opens se
 connections to it. Each connection first presents the token (compared in constant time;
 one wrong token closes it), then asks per file `FILE <blob>`; the receiver answers the
 offset it already holds (a partial file of an interrupted sync continues there), takes the
-rest (`sendfile` on the head: no copy through user space), hashes the whole file and renames
-`blobs/.<blob>.deskside-partial` to `blobs/<blob>` only when the sha256 is the manifest's
-(`OK`), else deletes it (`BAD`, sent again once). Then the snapshot's links are made as the
+rest (`sendfile` on the head: no copy through user space), hashes the whole file and, only
+when the sha256 is the manifest's (`OK`), writes `blobs/.<blob>.deskside-partial` to disk
+(fdatasync, beside the next file's transfer) and renames it to `blobs/<blob>`; else deletes
+it (`BAD`, sent again once). Then the snapshot's links are made as the
 hub makes them (`snapshots/<rev>/<path>` -> `../../blobs/<blob>`), each by rename.
 """
 
@@ -121,6 +122,7 @@ class Receiver:
         partial = os.path.join(self.blobs, PARTIAL.format(blob))
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(partial, flags, 0o644)
+        handed = False
         try:
             h = hashlib.sha256()
             offset = self._prefix(fd, size, h)
@@ -145,14 +147,23 @@ class Receiver:
                 with self.lock:
                     self.bad.append(blob)
                 return True
+            # on disk, then renamed: in a thread of its own, while this stream goes on
+            threading.Thread(target=self._finish, args=(fd, partial, blob), daemon=True).start()
+            handed = True
+        finally:
+            if not handed:
+                os.close(fd)
+        conn.sendall(b"OK\n")
+        return True
+
+    def _finish(self, fd: int, partial: str, blob: str) -> None:
+        try:
             os.fdatasync(fd)
         finally:
             os.close(fd)
         os.replace(partial, os.path.join(self.blobs, blob))
         with self.lock:
             self.done.add(blob)
-        conn.sendall(b"OK\n")
-        return True
 
     def serve(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb", buffering=1 << 20) as rf:
@@ -179,12 +190,15 @@ class Receiver:
         os.makedirs(self.blobs, exist_ok=True)
         os.makedirs(os.path.dirname(self.cfg["progress"]), exist_ok=True)
         server = socket.create_server((self.cfg["listen"], 0), backlog=32)
-        server.settimeout(0.5)
+        server.settimeout(0.05)
         port = server.getsockname()[1]
         threads = []
         try:
+            written = 0.0
             while len(self.done) < len(self.need):
-                self.progress(self.cfg["progress"], port)
+                if time.monotonic() - written > 0.5:
+                    self.progress(self.cfg["progress"], port)
+                    written = time.monotonic()
                 if time.monotonic() - self.last > IDLE_SECONDS:
                     break
                 try:

@@ -18,6 +18,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -66,7 +67,9 @@ def node_run(
     t: Transport, python: str, command: str, cfg: dict[str, Any], timeout: float
 ) -> dict[str, Any]:
     """Run the node program's `command` with `cfg` on stdin; its JSON answer."""
-    r = t.run([python, "-c", node_program(), command], input=json.dumps(cfg), timeout=timeout)
+    # -I -S: the standard library only, no site-packages to scan (a quicker start)
+    argv = [python, "-I", "-S", "-c", node_program(), command]
+    r = t.run(argv, input=json.dumps(cfg), timeout=timeout)
     last = r.stdout.strip().splitlines()[-1:] if r.stdout.strip() else []
     if not r.ok or not last:
         raise DesksideError(
@@ -184,15 +187,35 @@ class Sync:
         manifest: dict[str, Any] = got["manifest"]
         return manifest
 
-    def worker(self, node: Node, head: dict[str, Any]) -> NodeSync:
+    def worker_state(self, node: Node) -> dict[str, Any]:
         repo, revision = pinned(self.recipe)
         entry = cache_entry(self.recipe.runtime.hf_cache, repo)
-        address = node_ip(node)
-        out = NodeSync(node.name, address)
-        t0 = time.monotonic()
-        t = self.transports[node.name]
         cfg = {"entry": entry, "revision": revision, "full": self.full}
-        st = node_run(t, self.python, "state", cfg, COPY_TIMEOUT)
+        return node_run(self.transports[node.name], self.python, "state", cfg, COPY_TIMEOUT)
+
+    def worker(self, node: Node, head: Future[dict[str, Any]], t0: float) -> NodeSync:
+        repo, revision = pinned(self.recipe)
+        entry = cache_entry(self.recipe.runtime.hf_cache, repo)
+        out = NodeSync(node.name, node_ip(node))
+        t = self.transports[node.name]
+        st = self.worker_state(node)
+        try:
+            manifest = head.result()
+        except DesksideError:
+            return out  # the head's failure is the one to report
+        return self._worker(node, t, entry, revision, manifest, st, out, t0)
+
+    def _worker(
+        self,
+        node: Node,
+        t: Transport,
+        entry: str,
+        revision: str,
+        head: dict[str, Any],
+        st: dict[str, Any],
+        out: NodeSync,
+        t0: float,
+    ) -> NodeSync:
         out.hashed = st.get("hashed", 0)
         plan = plan_copy(head, st)
         out.skipped = plan.skipped
@@ -310,7 +333,7 @@ class Sync:
             port = self._read_progress(t, path).get("port")
             if port:
                 return port
-            time.sleep(0.2)
+            time.sleep(0.05)
         return None
 
     def _report(self, node: str, t: Transport, path: str, total: int) -> None:
@@ -318,13 +341,18 @@ class Sync:
             self.progress(node, self._read_progress(t, path).get("received", 0), total)
 
     def run(self) -> tuple[dict[str, Any], list[NodeSync]]:
-        head = self.head_manifest()
+        """The head's manifest and each worker's state are read at once; then the copies."""
+        pinned(self.recipe)
+        t0 = time.monotonic()
         workers = [n for n in self.recipe.cluster.nodes if n.role == "worker"]
         results: dict[str, NodeSync] = {}
+        pool = ThreadPoolExecutor(max_workers=1)
+        head = pool.submit(self.head_manifest)
+        pool.shutdown(wait=False)
 
         def one(node: Node) -> None:
             try:
-                results[node.name] = self.worker(node, head)
+                results[node.name] = self.worker(node, head, t0)
             except DesksideError as exc:
                 results[node.name] = NodeSync(
                     node.name,
@@ -338,4 +366,4 @@ class Sync:
             th.start()
         for th in threads:
             th.join()
-        return head, [results[n.name] for n in workers]
+        return head.result(), [results[n.name] for n in workers]
