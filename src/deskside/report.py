@@ -145,7 +145,7 @@ def print_status(console: Console, st: ClusterStatus) -> None:
         f"(engine {shown(st.engine)})"
     )
     table = Table()
-    for col in ("node", "role", "pid", "state", "processes", "RSS"):
+    for col in ("node", "role", "pid", "state", "processes", "RSS", "model"):
         table.add_column(col)
     for n in st.nodes:
         table.add_row(
@@ -155,6 +155,7 @@ def print_status(console: Console, st: ClusterStatus) -> None:
             shown(n.state),
             str(n.processes),
             format_gib(n.rss_bytes) if n.rss_bytes else "-",
+            shown(n.model or "-"),
         )
     console.print(table)
     services = [(n.name, s) for n in st.nodes for s in n.services]

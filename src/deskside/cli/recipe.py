@@ -1,4 +1,5 @@
-"""`deskside schema`, `deskside validate` and `deskside model tiny`."""
+"""`deskside schema`, `deskside validate` and the `deskside model` group (tiny models here;
+pull, manifest, verify and sync in their own modules)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli import model_pull
+from deskside.cli import model_pull, model_sync
 from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out, shown
 from deskside.errors import DesksideError, UsageError
 
-model_app = typer.Typer(help="Model helpers (tiny local models for tests and demos).")
+model_app = typer.Typer(
+    help="Model weights: pull the pinned revision, manifest, verify, sync to the workers; "
+    "tiny local models for tests and demos."
+)
 
 
 def schema() -> None:
@@ -58,3 +62,6 @@ def model_tiny(
 
 
 model_app.command("pull")(model_pull.pull)
+model_app.command("manifest")(model_sync.model_manifest)
+model_app.command("verify")(model_sync.model_verify)
+model_app.command("sync")(model_sync.model_sync)

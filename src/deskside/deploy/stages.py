@@ -3,6 +3,8 @@
     preflight  every node: reachable, root/sudo where needed, ports free on the head,
                Python with vLLM (native) or Docker (container), free disk; and across the
                nodes, what must match (`deskside.doctor.match`: NCCL build, driver, ...)
+               and, for a pinned revision, the workers' model snapshot against the head's
+               (`deskside.models.check`)
     render     `deskside.render.assemble.render`: the bundle and its lock
     diff       the new lock against the head's `current/cluster/deskside.lock`
     push       every node's bundle folder (the head's with `cluster/`) into a staging
@@ -28,6 +30,7 @@ from deskside.deploy.deployment import Deployment, StageFailed
 from deskside.doctor import match
 from deskside.errors import DesksideError, PlanRefused, UsageError
 from deskside.layout import MANIFEST_FILE, model_upload
+from deskside.models.check import model_findings
 from deskside.render.assemble import render
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.render.proxy import HEAD_KEY_FILE
@@ -116,6 +119,10 @@ def preflight(d: Deployment) -> Outcome:
         d.report.notes.extend(check.notes)
     drift, notes = match.refusal(match.compare(matched), d.recipe_path)
     findings += [pf.Finding(f.node, f.what, f.fix) for f in drift]
+    d.report.notes += notes
+    # a pinned revision: every worker holds the head's snapshot (quick, from the records)
+    model, notes = model_findings(recipe, {n: d.t(n) for n in d.nodes}, str(d.recipe_path))
+    findings += [pf.Finding(n, what, fix) for n, what, fix in model]
     d.report.notes += notes
     if findings:
         raise _fail_findings(findings)

@@ -216,6 +216,11 @@ class LocalStart:
         self.report.notes += notes
         if problems:
             raise DesksideError(*refusal_text(problems))
+        if recipe.model.repo and len(recipe.cluster.nodes) > 1:
+            self.report.notes.append(
+                "every node here reads this machine's Hugging Face cache: one copy of the "
+                "model serves them all (no model sync needed)"
+            )
         where = "network namespaces" if self.net else "processes"
         return Outcome(f"{len(recipe.cluster.nodes)} nodes as {where} on this machine")
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 
 from deskside.engine.http import engine_metrics, health
 from deskside.errors import DesksideError, UsageError
 from deskside.guard.record import MAX_GUARD_BYTES, GuardRecord, guard_path, parse_record
+from deskside.models.served import served_model
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower
@@ -55,6 +56,7 @@ class NodeStatus:
     processes: int
     reason: str | None
     services: tuple[ServiceStatus, ...] = ()
+    model: str | None = None  # repo@revision (or the folder) the node's engine loads
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,13 @@ def status(
     transports: Mapping[str, Transport] | None = None,
     http_transport: httpx.BaseTransport | None = None,
 ) -> ClusterStatus:
-    nodes = [node_status(run, n, _transport(run, n, transports)) for n in run.nodes]
+    nodes = [
+        replace(
+            node_status(run, n, t := _transport(run, n, transports)),
+            model=served_model(t, n.recipe_dir, None if run.release else run.recipe),
+        )
+        for n in run.nodes
+    ]
     reasons = [n.reason for n in nodes if n.reason] + service_reasons(nodes)
     with httpx.Client(transport=http_transport, timeout=10) as client:
         return cluster_status(run, nodes, reasons, client)

@@ -1,0 +1,162 @@
+"""`deskside model sync` against `rsync -e ssh` between the same two hosts, same files.
+
+Two network-namespace hosts with sshd (`tests/sshd_hosts.py`), each with its own private
+folder; the head holds a fake hub-cache entry of the recipe's pinned revision (random
+shards, blobs and snapshot links as the hub writes them). Timed once each, into an empty
+destination: deskside's sync (the Python API: the worker's state, the copy over TCP with
+its streams and the sha256 of every file on arrival; the head's manifest is recorded
+beforehand, as after a pull) and `rsync -a -e ssh` of the same cache entry, each until its
+copy is on disk (deskside syncs every file before renaming it into place; rsync's time
+includes a `sync` of the destination file system, and is also printed without). For reference,
+one plain TCP stream between the two namespaces (a Python socket sender and receiver).
+
+Needs root, iproute2, openssh-server and rsync (scripts/system-deps installs them).
+Last line: `rsync_ratio: <float>` (deskside's throughput / rsync's; target >= 1.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from deskside.models.manifest import manifest_of
+from deskside.models.sync import Sync
+from deskside.recipe.load import load_recipe
+from deskside.runtime.transports import transport_for
+from deskside.transport import ssh
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from tests.deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from tests.sshd_hosts import SshHost, can_run, ssh_hosts
+from tests.unit.model_cache import REPO, REVISION, make_entry
+
+RECEIVE = """
+import socket, sys
+s = socket.create_server((sys.argv[1], 0)); print(s.getsockname()[1], flush=True)
+c, _ = s.accept(); n = 0; buf = bytearray(8 << 20)
+while (k := c.recv_into(buf)): n += k
+print(n, flush=True)
+"""
+SEND = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2]))); buf = b"\\0" * (8 << 20)
+for _ in range(int(sys.argv[3]) // len(buf)): c.sendall(buf)
+c.close()
+"""
+
+
+def tcp_stream(src: SshHost, dst: SshHost, size: int) -> float:
+    """Bytes per second of one plain TCP stream from `src` to `dst`."""
+    rx = subprocess.Popen(
+        ["ip", "netns", "exec", dst.netns, sys.executable, "-c", RECEIVE, dst.address],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert rx.stdout is not None
+    port = rx.stdout.readline().strip()
+    t0 = time.monotonic()
+    subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            src.netns,
+            sys.executable,
+            "-c",
+            SEND,
+            dst.address,
+            port,
+            str(size),
+        ],
+        check=True,
+    )
+    got = int(rx.stdout.readline())
+    rx.wait()
+    return got / (time.monotonic() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--shard-mib", type=int, default=256)
+    parser.add_argument("--streams", type=int, default=4)
+    args = parser.parse_args()
+    ok, why = can_run()
+    if not ok or shutil.which("rsync") is None:
+        sys.exit(f"cannot run: {why or 'rsync is not installed (scripts/system-deps)'}")
+    base = Path(tempfile.mkdtemp(prefix="deskside-bench-sync-"))
+    try:
+        with ssh_hosts(base / "hosts", "b", 2, base / "node-root") as hosts:
+            h0, h1 = hosts.hosts
+            files = {"config.json": b"{}"}
+            for i in range(args.shards):
+                files[f"model-{i:05d}.safetensors"] = os.urandom(args.shard_mib << 20)
+            total = sum(map(len, files.values()))
+            snap = make_entry(h0.private_dir / "hf", files)
+            manifest_of(snap)  # the head's record, as after a pull
+            data = ssh_recipe_data(
+                addresses=(h0.address, h1.address),
+                interfaces=(h0.interface, h1.interface),
+                identity_file=str(hosts.identity_file),
+                root=str(hosts.private_root / "deskside"),
+                hf_cache=str(hosts.private_root / "hf"),
+                name="bench-sync",
+            )
+            recipes = base / "recipes"
+            ensure_tiny_model(recipes)
+            data["model"].pop("path")
+            data["model"] |= {
+                "repo": REPO,
+                "revision": REVISION,
+                "config": "models/tiny-deepseek-v3/config.json",
+            }
+            recipe = load_recipe(write_recipe(recipes, data))
+            known = str(hosts.known_hosts)
+            transports = {n.name: transport_for(n, known) for n in recipe.cluster.nodes}
+            for t in transports.values():
+                t.run(["true"])  # connections up before the clock starts
+            t0 = time.monotonic()
+            _, results = Sync(recipe, transports, streams=args.streams).run()
+            deskside_s = time.monotonic() - t0
+            assert all(r.ok for r in results) and results[0].bytes == total, results
+            entry = snap.parent.parent
+            rsh = (
+                f"ssh -i {hosts.identity_file} -o UserKnownHostsFile={known} "
+                "-o StrictHostKeyChecking=yes -o BatchMode=yes"
+            )
+            dest = f"root@{h1.address}:{hosts.private_root}/rsync-copy/"
+            t0 = time.monotonic()
+            subprocess.run(
+                ["ip", "netns", "exec", h0.netns, "rsync", "-a", "-e", rsh, f"{entry}/", dest],
+                check=True,
+            )
+            rsync_cached_s = time.monotonic() - t0
+            # deskside's sync is done when every file is on disk (fdatasync before each
+            # rename); rsync's when the same holds for its copy
+            subprocess.run(["sync", "--file-system", str(h1.private_dir)], check=True)
+            rsync_s = time.monotonic() - t0
+            copied = h1.private_dir / "rsync-copy" / "snapshots" / REVISION
+            assert (copied / "config.json").read_bytes() == b"{}"
+            tcp = tcp_stream(h0, h1, 1 << 30)
+    finally:
+        ssh.close_all()
+        shutil.rmtree(base, ignore_errors=True)
+    mb = total / 1e6
+    print(f"bytes: {total} ({args.shards} shards of {args.shard_mib} MiB + config.json)")
+    print(
+        f"deskside_sync_s: {deskside_s:.2f} ({mb / deskside_s:,.0f} MB/s, {args.streams} streams)"
+    )
+    print(f"rsync_ssh_s: {rsync_s:.2f} ({mb / rsync_s:,.0f} MB/s, on disk)")
+    print(f"rsync_ssh_page_cache_s: {rsync_cached_s:.2f} (before its data reached the disk)")
+    print(f"tcp_single_stream_MBps: {tcp / 1e6:,.0f}")
+    print(f"rsync_ratio: {rsync_s / deskside_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+"""The node side of `deskside model sync`: what a node holds (`state`), the receiver on a
+worker (`receive`) and the sender on the head (`send`).
+
+Standard library only, run with the node's Python as `python -c` (the program is this
+module after `deskside.models.node_files`, see `deskside.models.sync.node_program`); the
+JSON input arrives on stdin (the one-shot token too: never in argv), one JSON object leaves
+on stdout.
+
+The copy is plain TCP over the fabric: the receiver listens on the worker's fabric address
+on a port the kernel picks and writes it to a progress file; the sender opens several
+connections to it. Each connection first presents the token (compared in constant time;
+one wrong token closes it), then asks per file `FILE <blob>`; the receiver answers the
+offset it already holds (a partial file of an interrupted sync continues there), takes the
+rest (`sendfile` on the head: no copy through user space), hashes the whole file and, only
+when the sha256 is the manifest's (`OK`), writes `blobs/.<blob>.deskside-partial` to disk
+(fdatasync, beside the next file's transfer) and renames it to `blobs/<blob>`; else deletes
+it (`BAD`, sent again once). Then the snapshot's links are made as the
+hub makes them (`snapshots/<rev>/<path>` -> `../../blobs/<blob>`), each by rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import queue
+import re
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from deskside.models.node_files import (
+    CHUNK,
+    folder_manifest,
+    free_bytes,
+    read_record,
+    record_path,
+    recorded,
+    scan,
+    write_record,
+)
+
+BLOB = re.compile(r"[A-Za-z0-9._-]{1,128}")
+PARTIAL = ".{}.deskside-partial"
+IDLE_SECONDS = 120.0
+CONNECT_SECONDS = 30.0
+
+
+def _safe_path(path: str) -> bool:
+    parts = path.split("/")
+    return not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+
+
+def state(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The node's snapshot of the revision (hashes from the record where it still holds,
+    else hashed now), partial files of an interrupted sync, and free disk."""
+    entry, revision = cfg["entry"], cfg["revision"]
+    snap = os.path.join(entry, "snapshots", revision)
+    out: dict[str, Any] = {"free_bytes": free_bytes(entry), "partials": {}}
+    blobs = os.path.join(entry, "blobs")
+    if os.path.isdir(blobs):
+        for name in os.listdir(blobs):
+            if name.startswith(".") and name.endswith(".deskside-partial"):
+                out["partials"][name[1 : -len(".deskside-partial")]] = os.lstat(
+                    os.path.join(blobs, name)
+                ).st_size
+    if not os.path.isdir(snap):
+        out["present"] = False
+        return out
+    manifest, found, hashed = folder_manifest(snap, trust_record=not cfg.get("full"))
+    out.update(
+        present=True,
+        manifest=manifest,
+        hashed=hashed,
+        foreign=found.foreign,
+        dangling=found.dangling,
+    )
+    return out
+
+
+class Receiver:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.entry = cfg["entry"]
+        self.blobs = os.path.join(self.entry, "blobs")
+        self.token = cfg["token"].encode()
+        self.need = {n["blob"]: (n["size"], n["sha256"]) for n in cfg["need"]}
+        self.done: set[str] = set()
+        self.bad: list[str] = []
+        self.received = 0
+        self.lock = threading.Lock()
+        self.last = time.monotonic()
+
+    def _line(self, rf: Any) -> bytes:
+        line: bytes = rf.readline(512)
+        self.last = time.monotonic()
+        return line
+
+    def _prefix(self, fd: int, size: int, h: Any) -> int:
+        """Hash what a partial file already holds; its length is the offset to go on at."""
+        offset = os.fstat(fd).st_size
+        if offset > size:
+            os.ftruncate(fd, 0)
+            return 0
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        pos = 0
+        while pos < offset:
+            n = os.preadv(fd, [view[: min(CHUNK, offset - pos)]], pos)
+            if n <= 0:
+                break
+            h.update(view[:n])
+            pos += n
+        return pos
+
+    def _one(self, conn: socket.socket, rf: Any, blob: str) -> bool:
+        size, sha = self.need[blob]
+        partial = os.path.join(self.blobs, PARTIAL.format(blob))
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(partial, flags, 0o644)
+        handed = False
+        try:
+            h = hashlib.sha256()
+            offset = self._prefix(fd, size, h)
+            os.lseek(fd, offset, os.SEEK_SET)
+            conn.sendall(b"%d\n" % offset)
+            left = size - offset
+            buf = bytearray(CHUNK)
+            view = memoryview(buf)
+            while left > 0:
+                n = rf.readinto(view[: min(CHUNK, left)])
+                if not n:
+                    return False  # the sender went away: the partial file stays to go on
+                h.update(view[:n])
+                os.write(fd, view[:n])
+                left -= n
+                with self.lock:
+                    self.received += n
+                self.last = time.monotonic()
+            if h.hexdigest() != sha:
+                os.unlink(partial)
+                conn.sendall(b"BAD\n")
+                with self.lock:
+                    self.bad.append(blob)
+                return True
+            # on disk, then renamed: in a thread of its own, while this stream goes on
+            threading.Thread(target=self._finish, args=(fd, partial, blob), daemon=True).start()
+            handed = True
+        finally:
+            if not handed:
+                os.close(fd)
+        conn.sendall(b"OK\n")
+        return True
+
+    def _finish(self, fd: int, partial: str, blob: str) -> None:
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        os.replace(partial, os.path.join(self.blobs, blob))
+        with self.lock:
+            self.done.add(blob)
+
+    def serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb", buffering=1 << 20) as rf:
+            if not hmac.compare_digest(self._line(rf).strip(), self.token):
+                return
+            while True:
+                line = self._line(rf).split()
+                if len(line) != 2 or line[0] != b"FILE":
+                    return
+                blob = line[1].decode(errors="replace")
+                if blob not in self.need or not BLOB.fullmatch(blob):
+                    conn.sendall(b"NO\n")
+                    continue
+                if not self._one(conn, rf, blob):
+                    return
+
+    def progress(self, path: str, port: int) -> None:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"port={port}\nreceived={self.received}\ndone={len(self.done)}\n")
+        os.replace(tmp, path)
+
+    def run(self) -> dict[str, Any]:
+        os.makedirs(self.blobs, exist_ok=True)
+        os.makedirs(os.path.dirname(self.cfg["progress"]), exist_ok=True)
+        server = socket.create_server((self.cfg["listen"], 0), backlog=32)
+        server.settimeout(0.05)
+        port = server.getsockname()[1]
+        threads = []
+        try:
+            written = 0.0
+            while len(self.done) < len(self.need):
+                if time.monotonic() - written > 0.5:
+                    self.progress(self.cfg["progress"], port)
+                    written = time.monotonic()
+                if time.monotonic() - self.last > IDLE_SECONDS:
+                    break
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                conn.settimeout(IDLE_SECONDS)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                t = threading.Thread(target=self.serve, args=(conn,), daemon=True)
+                t.start()
+                threads.append(t)
+        finally:
+            server.close()
+        for t in threads:
+            t.join(timeout=5)
+        links = self.link() if len(self.done) == len(self.need) else 0
+        with contextlib.suppress(OSError):
+            os.unlink(self.cfg["progress"])
+        return {
+            "received_bytes": self.received,
+            "files": len(self.done),
+            "missing": sorted(set(self.need) - self.done),
+            "bad": self.bad,
+            "links": links,
+        }
+
+    def link(self) -> int:
+        """Every file of the head's manifest as a link into blobs/, as the hub lays it out;
+        then the record of the hashes just checked."""
+        snap = os.path.join(self.entry, "snapshots", self.cfg["revision"])
+        made = 0
+        for f in self.cfg["files"]:
+            path, blob = f["path"], f["blob"]
+            if not _safe_path(path) or not BLOB.fullmatch(blob):
+                continue
+            where = os.path.join(snap, *path.split("/"))
+            os.makedirs(os.path.dirname(where), exist_ok=True)
+            target = os.path.relpath(os.path.join(self.blobs, blob), os.path.dirname(where))
+            if os.path.islink(where) and os.readlink(where) == target:
+                continue
+            tmp = os.path.join(os.path.dirname(where), f".{os.path.basename(where)}.deskside-link")
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(target, tmp)
+            os.replace(tmp, where)
+            made += 1
+        rec = record_path(self.entry, self.cfg["revision"])
+        old = read_record(rec)
+        sha = {f["path"]: f["sha256"] for f in self.cfg["files"]}
+        received = {f["path"] for f in self.cfg["files"] if f["blob"] in self.done}
+        hashed = {}
+        for f in scan(snap, self.entry).files:
+            known = sha.get(f.path) if f.path in received else recorded(old.get(f.path), f.key)
+            if known is not None:
+                hashed[f.path] = (f.key, known)
+        write_record(rec, hashed)
+        return made
+
+
+def _connect(address: str, port: int) -> socket.socket:
+    deadline = time.monotonic() + CONNECT_SECONDS
+    while True:
+        try:
+            s = socket.create_connection((address, port), timeout=10)
+            s.settimeout(IDLE_SECONDS)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            return s
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def send(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Send the files (biggest first) over `streams` connections; each file once more when
+    the receiver found its hash wrong."""
+    snap = os.path.join(cfg["entry"], "snapshots", cfg["revision"])
+    todo: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
+    for item in sorted(cfg["items"], key=lambda i: -i["size"]):
+        todo.put((0, item))
+    sent = [0]
+    failed: list[str] = []
+    lock = threading.Lock()
+
+    def stream() -> None:
+        try:
+            s = _connect(cfg["address"], cfg["port"])
+        except OSError as exc:
+            with lock:
+                failed.append(f"cannot connect to {cfg['address']}:{cfg['port']}: {exc}")
+            return
+        with s, s.makefile("rb") as rf:
+            s.sendall(cfg["token"].encode() + b"\n")
+            while True:
+                try:
+                    tries, item = todo.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    s.sendall(f"FILE {item['blob']}\n".encode())
+                    answer = rf.readline(64).strip()
+                    if not answer.isdigit():
+                        raise OSError(f"refused {item['path']}: {answer.decode(errors='replace')}")
+                    offset = int(answer)
+                    with open(os.path.join(snap, *item["path"].split("/")), "rb") as f:
+                        s.sendfile(f, offset, item["size"] - offset)
+                    with lock:
+                        sent[0] += item["size"] - offset
+                    verdict = rf.readline(16).strip()
+                except OSError as exc:
+                    todo.put((tries, item))  # another stream takes it (it goes on from there)
+                    with lock:
+                        failed.append(str(exc))
+                    return
+                if verdict != b"OK":
+                    if tries == 0:
+                        todo.put((1, item))
+                    else:
+                        with lock:
+                            failed.append(f"{item['path']}: sha256 differs twice on arrival")
+
+    threads = [threading.Thread(target=stream) for _ in range(max(1, cfg["streams"]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    left = []
+    while not todo.empty():
+        left.append(todo.get_nowait()[1]["path"])
+    return {"sent_bytes": sent[0], "failed": failed, "unsent": left}
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(sys.stdin.read() or "{}")
+    command = argv[0] if argv else ""
+    if command == "state":
+        out = state(cfg)
+    elif command == "receive":
+        out = Receiver(cfg).run()
+    elif command == "send":
+        out = send(cfg)
+    else:
+        print(f"unknown command {command!r}", file=sys.stderr)
+        return 2
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
