@@ -5,7 +5,9 @@ It serves one repo at one commit: regular git files (ETag = git blob sha1) and L
 (X-Linked-Etag = sha256, X-Linked-Size; ETag = the blob sha1 of the LFS pointer), with
 Range requests (206) for resumed downloads, and no Xet headers (X-Xet-Hash), so clients
 stay on plain HTTP. Faults per file: `corrupt` (the right length, wrong bytes) and
-`drop_once` (the first GET of the file sends the first N bytes and closes the connection).
+`drop_once` (the first GET of the file sends the first N bytes and closes the connection),
+`pause_once` (the first GET from byte 0 sends N bytes, then waits for `release`) and
+`ignore_range` (answers 200 with the whole file to a Range request).
 Every request is recorded (method, path, Range, Authorization).
 """
 
@@ -79,6 +81,9 @@ class FakeHub:
     files: dict[str, HubFile]
     corrupt: set[str] = field(default_factory=set)
     drop_once: dict[str, int] = field(default_factory=dict)  # path -> bytes sent first
+    pause_once: dict[str, int] = field(default_factory=dict)  # path -> bytes sent first
+    ignore_range: set[str] = field(default_factory=set)
+    release: threading.Event = field(default_factory=threading.Event)
     requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
@@ -170,7 +175,12 @@ class _Handler(BaseHTTPRequestHandler):
             data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
         start = 0
         rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes=") and rng.endswith("-"):
+        if (
+            rng
+            and rng.startswith("bytes=")
+            and rng.endswith("-")
+            and f.path not in hub.ignore_range
+        ):
             start = int(rng[len("bytes=") : -1])
         status = 206 if start else 200
         self.send_response(status)
@@ -192,7 +202,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
-        self.wfile.write(data[start:])
+        if f.path in hub.pause_once and start == 0:
+            cut = hub.pause_once.pop(f.path)
+            self.wfile.write(data[:cut])
+            self.wfile.flush()
+            hub.release.wait(30)
+            data, start = data[cut:], 0
+        try:
+            self.wfile.write(data[start:])
+        except (BrokenPipeError, ConnectionResetError):  # the client was killed
+            self.close_connection = True
 
     def _error(self, status: int, code: str | None, message: str) -> None:
         self.send_response(status)
@@ -231,3 +250,11 @@ def small_model(repo: str = "acme/tiny-chat", commit: str = "c0ffee" + "1" * 34)
         shard = hashlib.sha256(f"shard {i}".encode()).digest() * (mib * 1024 * 1024 // 32)
         files.append(HubFile(f"model-{i:05d}-of-00003.safetensors", shard, lfs=True))
     return FakeHub(repo, commit, {f.path: f for f in files})
+
+
+def with_big_shard(hub: FakeHub, mib: int = 66) -> str:
+    """Adds an LFS file big enough for deskside's own resumable download; its path."""
+    data = hashlib.sha256(b"big shard").digest() * (mib * 1024 * 1024 // 32)
+    f = HubFile("model-big.safetensors", data, lfs=True)
+    hub.files[f.path] = f
+    return f.path

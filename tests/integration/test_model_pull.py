@@ -9,13 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deskside.home import embedded_recipes
-from tests.fake_hub import FakeHub, small_model
+from tests.fake_hub import FakeHub, small_model, with_big_shard
 
 pytestmark = pytest.mark.integration
 
@@ -175,3 +176,44 @@ def test_refusals_say_what_to_do(tmp_path: Path, hub: FakeHub) -> None:
     proc = run(tmp_path, hub, str(recipe_file(tmp_path, hub)), "--cache", str(blocker / "c"))
     assert proc.returncode == 1
     assert "--cache" in proc.stderr and "hint:" in proc.stderr
+
+
+def test_a_killed_pull_resumes_its_big_file_from_the_partial_file(
+    tmp_path: Path, hub: FakeHub
+) -> None:
+    name = with_big_shard(hub)
+    big = hub.files[name]
+    cut = 20 << 20
+    hub.pause_once[name] = cut
+    recipe = recipe_file(tmp_path, hub)
+    blobs = snapshot(tmp_path, hub).parent.parent / "blobs"
+    partial = blobs / f".{big.sha256}.deskside-partial"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "deskside.cli", "model", "pull", str(recipe), "--include", name],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env_for(tmp_path, hub),
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (partial.exists() and partial.stat().st_size >= cut):
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+    finally:
+        first.kill()  # SIGKILL: nothing of the pull runs after this
+        first.wait()
+        hub.release.set()
+    assert partial.stat().st_size == cut and not (blobs / big.sha256).exists()
+
+    hub.requests.clear()
+    proc = run(tmp_path, hub, str(recipe), "--json")
+    assert proc.returncode == 0, proc.stderr
+    files = {f["path"]: f for f in json.loads(proc.stdout)["files"]}
+    assert files[name]["status"] == "downloaded" and files[name]["resumed_from"] == cut
+    assert [g.range for g in hub.gets(name)] == [f"bytes={cut}-"]
+    data = (snapshot(tmp_path, hub) / name).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == big.sha256
+    link = snapshot(tmp_path, hub) / name
+    assert os.readlink(link) == f"../../blobs/{big.sha256}"
+    assert not partial.exists()

@@ -7,7 +7,9 @@ a dropped transfer with a Range request. deskside adds what goes wrong on big ch
 a refusal before the first byte when the disk cannot hold what is missing, a check of
 every file against the digest the hub lists for the pinned commit (sha256 for LFS files,
 git blob sha1 for the rest; huggingface_hub checks sizes only), the removal of a bad file
-it downloaded itself, and a report of any bad file it found already there.
+it downloaded itself, and a report of any bad file it found already there. Big LFS files
+over plain HTTP are downloaded by deskside itself so that they resume across runs
+(`deskside.models.resume`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from deskside.errors import DesksideError, UsageError
+from deskside.models import resume
 from deskside.models.hub_meta import (
     CachePaths,
     Digest,
@@ -33,6 +36,7 @@ from deskside.models.hub_meta import (
     needed_bytes,
     safe_repo_path,
 )
+from deskside.models.resume import Stopped as _Stopped
 from deskside.units import format_bytes
 
 CHUNK = 8 << 20
@@ -40,10 +44,6 @@ CHUNK = 8 << 20
 
 class PullError(DesksideError):
     """The pull could not start or did not finish (network, access, disk)."""
-
-
-class _Stopped(Exception):
-    """Raised inside a download to end it (Ctrl-C)."""
 
 
 class Progress(Protocol):
@@ -85,6 +85,7 @@ class FileReport:
     removed: list[str] = field(default_factory=list)
     command: str | None = None  # for a bad file deskside did not download: how to remove it
     transfer: str | None = None  # downloaded files: "xet" or "http"
+    resumed_from: int | None = None  # resumable downloads: bytes kept from an earlier run
 
 
 @dataclass
@@ -183,6 +184,7 @@ def check_space(hub: Path, paths: CachePaths, files: Sequence[RemoteFile]) -> in
     """The bytes still missing; a PullError when the cache's disk cannot hold them."""
     present = {f.blob_name for f in files if os.path.lexists(paths.blob(f.blob_name))}
     need = needed_bytes(files, present)
+    need -= resume.partial_bytes(paths, [f for f in files if f.blob_name not in present])
     free = shutil.disk_usage(hub).free
     if need > free:
         raise PullError(
@@ -216,7 +218,7 @@ def pull(spec: PullSpec, progress: Progress | None = None) -> PullResult:
     check_space(hub, paths, files)
     xet, xet_note = xet_version()
     with _count_retries(sink) as retries:
-        reports = _run_all(spec, hub, paths, files, sink)
+        reports = _run_all(spec, hub, paths, files, sink, bool(xet), retries)
     for r, f in zip(reports, files, strict=True):
         if r.status == "downloaded":
             r.transfer = "xet" if f.xet_hash and xet else "http"
@@ -235,13 +237,25 @@ def pull(spec: PullSpec, progress: Progress | None = None) -> PullResult:
 
 
 def _run_all(
-    spec: PullSpec, hub: Path, paths: CachePaths, files: list[RemoteFile], sink: Progress
+    spec: PullSpec,
+    hub: Path,
+    paths: CachePaths,
+    files: list[RemoteFile],
+    sink: Progress,
+    xet: bool,
+    retries: list[int],
 ) -> list[FileReport]:
     stop = threading.Event()
     reports: dict[str, FileReport] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, spec.workers))
+
+    def retried(text: str) -> None:
+        retries[0] += 1
+        sink.note(text)
+
     futures: dict[Future[FileReport], str] = {
-        pool.submit(_one, spec, hub, paths, f, sink, stop): f.path for f in files
+        pool.submit(_one, spec, hub, paths, f, sink, stop, resume.applies(f, xet), retried): f.path
+        for f in files
     }
     try:
         pending = set(futures)
@@ -250,7 +264,7 @@ def _run_all(
             for fut in done:
                 reports[futures[fut]] = fut.result()
     except BaseException:  # Ctrl-C (the CLI raises its own BaseException), or a bug
-        stop.set()  # each download stops at its next chunk; huggingface_hub drops its part file
+        stop.set()  # each download stops at its next chunk; deskside keeps its partial files
         sink.note(
             "stopping: finished files are kept, run the same command again to go on "
             "(Ctrl-C again to quit at once)"
@@ -268,6 +282,8 @@ def _one(
     f: RemoteFile,
     sink: Progress,
     stop: threading.Event,
+    own: bool = False,
+    retried: Callable[[str], None] | None = None,
 ) -> FileReport:
     from huggingface_hub import hf_hub_download
 
@@ -276,7 +292,28 @@ def _one(
     had_blob = os.path.lexists(paths.blob(f.blob_name))
     digest = f.digest
     report = FileReport(f.path, f.size, "cached", digest.algorithm, digest.hex)
+    checked = False
     try:
+        if own and not had_pointer and not had_blob:
+            mine = resume.download(
+                spec.repo,
+                spec.revision,
+                paths,
+                f,
+                progress=lambda done: sink.start(f.path, f.size, done),
+                stop=stop,
+                on_retry=retried or sink.note,
+            )
+            report.resumed_from, report.actual, report.removed = (
+                mine.resumed_from,
+                mine.actual,
+                mine.removed,
+            )
+            if mine.status == "mismatch":
+                report.status = "mismatch"
+                sink.finish(f.path, report.status)
+                return report
+            checked = mine.status == "downloaded"
         got = hf_hub_download(
             spec.repo,
             f.path,
@@ -297,6 +334,9 @@ def _one(
         return report
     if not had_pointer:
         report.status = "downloaded" if not had_blob else "cached"
+    if checked:  # hashed before it became the blob
+        sink.finish(f.path, report.status)
+        return report
     sink.finish(f.path, "checking")
     try:
         actual = file_digest(Path(got), digest.algorithm, f.size)
