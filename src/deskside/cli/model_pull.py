@@ -112,6 +112,9 @@ def _print(result: object) -> None:
     how = f"{via_xet} with hf_xet {result.xet}, " if via_xet else ""
     if result.xet is None:
         how = f"plain HTTP: {result.xet_note}, "
+    resumed = sum(1 for f in result.files if f.resumed_from)
+    if resumed:
+        how += f"{resumed} resumed from an earlier pull, "
     for f in bad:
         what = f.message or f"{f.algorithm} {f.actual} but the hub lists {f.expected}"
         err.print(f"[bold red]{shown(f.status)}:[/] {shown(f.path)}: {shown(what)}")
@@ -132,6 +135,12 @@ def _print(result: object) -> None:
         f"({shown(how)}{format_bytes(result.downloaded_bytes)}), "
         f"in {shown(result.snapshot)}"
     )
+    if via_xet:
+        out.print(
+            "[dim]note:[/] files fetched with hf_xet resume after an interruption as "
+            "huggingface_hub and hf_xet allow; deskside resumes only the big files it fetches "
+            "over plain HTTP"
+        )
 
 
 class _Bars:

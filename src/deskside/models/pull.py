@@ -266,7 +266,8 @@ def _run_all(
     except BaseException:  # Ctrl-C (the CLI raises its own BaseException), or a bug
         stop.set()  # each download stops at its next chunk; deskside keeps its partial files
         sink.note(
-            "stopping: finished files are kept, run the same command again to go on "
+            "stopping: finished files and big files' partial downloads are kept, run the "
+            "same command again to go on "
             "(Ctrl-C again to quit at once)"
         )
         pool.shutdown(wait=True, cancel_futures=True)
