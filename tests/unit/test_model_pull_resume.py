@@ -213,3 +213,12 @@ def test_two_pulls_never_write_one_partial_file(
         with pytest.raises(resume.Busy):
             download(paths, f, DATA)
     assert part.read_bytes() == DATA[:10]
+
+
+def test_partial_files_count_as_downloaded_bytes(tmp_path: Path) -> None:
+    paths = CachePaths(str(tmp_path), "c" * 40)
+    f, g = remote(100), RemoteFile("other", 50, "d" * 40, "e" * 64)
+    Path(paths.blob("")).mkdir()
+    Path(resume.partial_path(paths, f)).write_bytes(b"x" * 30)
+    Path(resume.partial_path(paths, g)).write_bytes(b"x" * 80)  # longer than the file
+    assert resume.partial_bytes(paths, [f, g, f]) == 30 + 50

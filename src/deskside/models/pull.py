@@ -315,6 +315,7 @@ def _one(
                 sink.finish(f.path, report.status)
                 return report
             checked = mine.status == "downloaded"
+            had_blob = mine.status == "cached"  # another pull finished it meanwhile
         got = hf_hub_download(
             spec.repo,
             f.path,
