@@ -32,7 +32,7 @@ from deskside.runtime.transports import transport_for
 from deskside.transport import ssh
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from tests.deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from tests.deploy_cases import hub_recipe
 from tests.sshd_hosts import SshHost, can_run, ssh_hosts
 from tests.unit.model_cache import REPO, REVISION, make_entry
 
@@ -100,23 +100,7 @@ def main() -> None:
             total = sum(map(len, files.values()))
             snap = make_entry(h0.private_dir / "hf", files)
             manifest_of(snap)  # the head's record, as after a pull
-            data = ssh_recipe_data(
-                addresses=(h0.address, h1.address),
-                interfaces=(h0.interface, h1.interface),
-                identity_file=str(hosts.identity_file),
-                root=str(hosts.private_root / "deskside"),
-                hf_cache=str(hosts.private_root / "hf"),
-                name="bench-sync",
-            )
-            recipes = base / "recipes"
-            ensure_tiny_model(recipes)
-            data["model"].pop("path")
-            data["model"] |= {
-                "repo": REPO,
-                "revision": REVISION,
-                "config": "models/tiny-deepseek-v3/config.json",
-            }
-            recipe = load_recipe(write_recipe(recipes, data))
+            recipe = load_recipe(hub_recipe(hosts, base / "recipes", "bench-sync", REPO, REVISION))
             known = str(hosts.known_hosts)
             transports = {n.name: transport_for(n, known) for n in recipe.cluster.nodes}
             for t in transports.values():

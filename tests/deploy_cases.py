@@ -68,6 +68,31 @@ def ensure_tiny_model(recipe_folder: Path) -> Path:
     return folder
 
 
+def hub_recipe(
+    hosts: Any, recipes: Path, name: str, repo: str, revision: str, file: str = "recipe.yaml"
+) -> Path:
+    """A two-node recipe for two sshd hosts (`tests/sshd_hosts.SshHosts`) serving
+    `repo@revision` from each host's own Hugging Face cache (in its private folder), with
+    the tiny model's config; written into `recipes`."""
+    h0, h1 = hosts.hosts[:2]
+    data = ssh_recipe_data(
+        addresses=(h0.address, h1.address),
+        interfaces=(h0.interface, h1.interface),
+        identity_file=str(hosts.identity_file),
+        root=str(hosts.private_root / "deskside"),
+        hf_cache=str(hosts.private_root / "hf"),
+        name=name,
+    )
+    ensure_tiny_model(recipes)
+    data["model"].pop("path")
+    data["model"] |= {
+        "repo": repo,
+        "revision": revision,
+        "config": "models/tiny-deepseek-v3/config.json",
+    }
+    return write_recipe(recipes, data, file)
+
+
 def loopback_ssh_recipe(folder: Path, port: int) -> Path:
     """A two-node `ssh:` recipe whose nodes are this machine's loopback addresses on `port`
     (identity file `folder/id`, roots under `folder`), written to `folder`."""

@@ -21,7 +21,7 @@ import pytest
 from deskside.transport import ssh
 
 from ..cli_process import deskside
-from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
+from ..deploy_cases import hub_recipe
 from ..sshd_hosts import SshHosts, can_run, ssh_hosts
 from ..unit.model_cache import REPO, REVISION, flip_byte, make_entry
 
@@ -50,27 +50,11 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         pytest.skip(why)
     base = tmp_path_factory.mktemp("model-sync")
     with ssh_hosts(base / "hosts", "s", 2, base / "node-root") as hosts:
-        h0, h1 = hosts.hosts
+        h0 = hosts.hosts[0]
         files = {"config.json": b'{"model_type": "tiny"}', "tokenizer.json": b"{}"}
         files |= {f"model-0000{i}-of-00003.safetensors": os.urandom(SHARD) for i in (1, 2, 3)}
         snap = make_entry(h0.private_dir / "hf", files)
-        data = ssh_recipe_data(
-            addresses=(h0.address, h1.address),
-            interfaces=(h0.interface, h1.interface),
-            identity_file=str(hosts.identity_file),
-            root=str(hosts.private_root / "deskside"),
-            hf_cache=str(hosts.private_root / "hf"),
-            name="sync-tiny",
-        )
-        recipes = base / "recipes"
-        ensure_tiny_model(recipes)
-        data["model"].pop("path")
-        data["model"] |= {
-            "repo": REPO,
-            "revision": REVISION,
-            "config": "models/tiny-deepseek-v3/config.json",
-        }
-        recipe = write_recipe(recipes, data)
+        recipe = hub_recipe(hosts, base / "recipes", "sync-tiny", REPO, REVISION)
         manifest = base / "head-manifest.json"
         r = deskside("model", "manifest", str(snap), "--out", str(manifest), home=base / "home")
         assert r.returncode == 0, r.stderr
