@@ -292,3 +292,11 @@ def test_an_engine_restart_resets_the_clock() -> None:
     engine, processes = record(100, healthy(), tokens=lambda t: 500.0 if t < 80 else 0.0)
     v = classify(Observations(now=100, engine=engine, processes=processes, ever_ready=True))
     assert v.state == READY and v.stalled_seconds == 20
+
+
+def test_no_token_counter_is_never_called_a_wedge() -> None:
+    procs = [rank("ai1", 101), rank("ai2", 200, state="T", cpu_rate=0.0)]
+    _, processes = record(120, procs)
+    engine = [EngineSample(at=t, up=True, running=1.0) for t in range(0, 121, 10)]
+    v = classify(Observations(now=120, engine=engine, processes=processes, ever_ready=True))
+    assert v.state == READY and "no generation token counter" in v.reasons[0]

@@ -211,7 +211,10 @@ def classify(obs: Observations, limits: Thresholds | None = None) -> Verdict:
             return Verdict(DEGRADED, reasons, _nodes(stopped))
         return Verdict(READY)
     changed = last_change(ups, "generation_tokens")
-    stalled = obs.now - (since if changed is None else max(since, changed))
+    if changed is None:
+        why = "the engine exports no generation token counter: a stall cannot be told"
+        return Verdict(READY, (why, *(s.why for s in stopped)), _nodes(stopped))
+    stalled = obs.now - max(since, changed)
     if stalled < limits.stall_seconds:
         return Verdict(READY, tuple(s.why for s in stopped), _nodes(stopped), stalled)
 
