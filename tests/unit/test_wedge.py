@@ -29,6 +29,7 @@ def rank(
     alive: bool = True,
     role: str | None = None,
     name: str | None = None,
+    computes: bool = True,
 ) -> Proc:
     """A process that burns `cpu_rate` cores and whose log grew `log_silent` s ago."""
 
@@ -43,6 +44,7 @@ def rank(
             cpu_seconds=1000.0 + cpu_rate * t,
             log_silent_seconds=log_silent,
             name=name,
+            computes=computes,
         )
 
     return at
@@ -80,13 +82,18 @@ def record(
     return engine, processes
 
 
+def api_server() -> Proc:
+    # the API server idles while the ranks work: its CPU time is not compared with theirs
+    return rank("ai1", 100, cpu_rate=0.001, state="S", name="API server", computes=False)
+
+
 def healthy() -> list[Proc]:
-    return [rank("ai1", 100, name="API server"), rank("ai1", 101), rank("ai2", 200)]
+    return [api_server(), rank("ai1", 101), rank("ai2", 200)]
 
 
 def test_sigstopped_worker_is_wedged_and_named() -> None:
     procs = [
-        rank("ai1", 100, name="API server"),
+        api_server(),
         rank("ai1", 101, name="VllmWorker TP0"),
         rank("ai2", 200, cpu_rate=0.0, state="T", log_silent=90.0, name="VllmWorker TP1"),
     ]
@@ -105,11 +112,11 @@ def test_sigstopped_worker_is_wedged_and_named() -> None:
 
 def test_rank_with_flat_cpu_while_the_other_spins_is_named() -> None:
     # an NCCL hang: rank 0 spins in its collective, rank 1 sleeps on something else
-    procs = [rank("ai1", 101, cpu_rate=1.0), rank("ai2", 200, cpu_rate=0.0, state="S")]
+    procs = [api_server(), rank("ai1", 101), rank("ai2", 200, cpu_rate=0.0, state="S")]
     engine, processes = record(120, procs)
     v = classify(Observations(now=120, engine=engine, processes=processes, ever_ready=True))
     assert v.state == WEDGED and v.suspects == ("ai2",)
-    assert "CPU time flat for 60 s while the others' advances" in v.reasons[1]
+    assert "CPU time flat for 60 s while other ranks' advances" in v.reasons[1]
 
 
 def test_uninterruptible_sleep_over_the_window_is_named() -> None:

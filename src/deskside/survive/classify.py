@@ -84,13 +84,15 @@ class Suspect:
 def _suspects(obs: Observations, since: float, limits: Thresholds) -> list[Suspect]:
     latest = [p for p in latest_processes(obs.processes).values() if not p.gone]
     shares = {
-        (p.node, p.pid): cpu_share(history(obs.processes, p.node, p.pid), since) for p in latest
+        (p.node, p.pid): cpu_share(history(obs.processes, p.node, p.pid), since)
+        for p in latest
+        if p.computes
     }
     window = obs.now - since
     out: list[Suspect] = []
     for p in latest:
         series = history(obs.processes, p.node, p.pid)
-        share = shares[(p.node, p.pid)]
+        share = shares.get((p.node, p.pid))
         others_advance = any(
             s is not None and s >= limits.flat_cpu_fraction
             for key, s in shares.items()
@@ -116,7 +118,7 @@ def _suspects(obs: Observations, since: float, limits: Thresholds) -> list[Suspe
             )
             out.append(Suspect(p, why, hard=True))
         elif share is not None and share < limits.flat_cpu_fraction and others_advance:
-            why = f"{p.label}: CPU time flat for {window:.0f} s while the others' advances"
+            why = f"{p.label}: CPU time flat for {window:.0f} s while other ranks' advances"
             out.append(Suspect(p, why, hard=True))
         if (
             p.log_silent_seconds is not None
@@ -133,8 +135,8 @@ def _nodes(suspects: Sequence[Suspect]) -> tuple[str, ...]:
 
 
 def _advancing(obs: Observations, since: float, limits: Thresholds) -> bool:
-    """Every live process's CPU time advances over the window (at least one is known)."""
-    latest = [p for p in latest_processes(obs.processes).values() if not p.gone]
+    """Every live rank's CPU time advances over the window (at least one is known)."""
+    latest = [p for p in latest_processes(obs.processes).values() if not p.gone and p.computes]
     shares = [cpu_share(history(obs.processes, p.node, p.pid), since) for p in latest]
     known = [s for s in shares if s is not None]
     return bool(known) and all(s >= limits.flat_cpu_fraction for s in known)

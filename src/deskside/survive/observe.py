@@ -67,6 +67,8 @@ class ProcessSample:
     cpu_seconds: float | None = None  # utime + stime, in seconds (ticks / CLK_TCK)
     log_silent_seconds: float | None = None  # since the node's log last grew
     name: str | None = None  # e.g. "VllmWorker TP1", for the reasons
+    computes: bool = True  # a rank or engine core; False for the API server and helpers,
+    # whose CPU time idles while the ranks work (not compared with the ranks')
 
     @property
     def gone(self) -> bool:
