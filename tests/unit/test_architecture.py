@@ -26,6 +26,7 @@ PURE = (
     "deskside.layout",
     "deskside.engine.launch",
     "deskside.render",
+    "deskside.survive",
 )
 HOST_TOUCHING = (
     "deskside.transport",

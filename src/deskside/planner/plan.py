@@ -36,6 +36,7 @@ from deskside.planner.types import (
     NonKVEstimate,
     weight_bytes_by_part,
 )
+from deskside.planner.verify_rows import verify_rows_warning
 from deskside.units import GIB, format_gib
 
 
@@ -365,6 +366,8 @@ def plan(inp: PlanInput) -> Plan:
             "Consider increasing max_num_batched_tokens to accommodate the additional draft "
             "token slots, or decrease num_speculative_tokens."
         )
+    if (rows := verify_rows_warning(arch, settings)) is not None:
+        warnings.append(rows)
     if settings.max_num_seqs and cap.max_concurrency < settings.max_num_seqs and refusal is None:
         warnings.append(
             f"max_num_seqs {settings.max_num_seqs} but only {cap.max_concurrency:.2f} requests "

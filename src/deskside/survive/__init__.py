@@ -1,0 +1,1 @@
+"""Surviving a running cluster's failures: pure classification of what was observed."""

@@ -1,0 +1,277 @@
+"""The cluster verdict from a series of looks, wedges included. Pure: no I/O, no clock.
+
+Usage::
+
+    verdict = classify(Observations(now=t, engine=samples, processes=procs, probe=probe,
+                                    ever_ready=run.ready_at is not None))
+    verdict.state      # READY | STARTING | DEGRADED | WEDGED | DOWN
+    verdict.reasons    # sentences for `deskside status`, suspects named first
+    verdict.suspects   # the node names the reasons point at
+
+The caller keeps the series (oldest first is not required; samples are sorted here), on
+one clock (`now` and every `at`). Inputs: deskside.survive.observe.
+
+The states (READY, STARTING, DEGRADED, DOWN keep the meanings of `deskside status`):
+
+- DOWN: every node's engine processes are gone (exited, or zombies).
+- DEGRADED: some nodes' processes are gone; or the API stopped answering after it was
+  ready; or the cluster is idle while an engine process is stopped (SIGSTOP: the next
+  request would hang).
+- STARTING: the API never answered yet; or, after it did, the first request has run
+  longer than the stall threshold while log lines still arrive and CPU time advances
+  (kernels compile or autotune on first use; bounded by Thresholds.first_request_seconds).
+- WEDGED: requests run (or deskside's probe is in flight) and no generation token came
+  for Thresholds.stall_seconds while every process is alive. The reasons name the
+  suspects: processes stopped (T), in uninterruptible sleep (D) over the whole window,
+  whose CPU time stopped advancing while others' advances, or whose log went silent while
+  other nodes log. Typical cause on TP=2 across two nodes: one rank stuck in a collective
+  (NCCL) or a kernel livelock while the API still answers /health.
+- READY: otherwise; a stall that is a long prefill stays READY with a "busy: long prefill"
+  reason: the prompt counter or the engine steps still move, or every rank's CPU time
+  advances and a known prompt (the probe's, or the longest running one) is long enough to
+  take this long at Thresholds.min_prefill_tokens_per_second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from deskside.survive.observe import (
+    STOPPED_STATES,
+    EngineSample,
+    Probe,
+    ProcessSample,
+    Thresholds,
+    cpu_share,
+    demand_since,
+    history,
+    last_change,
+    latest_processes,
+    moved_since,
+    steadily,
+    up_samples,
+)
+
+READY, STARTING, DEGRADED, WEDGED, DOWN = "READY", "STARTING", "DEGRADED", "WEDGED", "DOWN"
+
+
+@dataclass(frozen=True)
+class Observations:
+    now: float
+    engine: Sequence[EngineSample] = ()
+    processes: Sequence[ProcessSample] = ()
+    probe: Probe | None = None
+    ever_ready: bool = False  # the API answered /health once in this run (ready_at)
+    running_prompt_tokens: int | None = None  # the longest running prompt, when known
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str
+    reasons: tuple[str, ...] = ()
+    suspects: tuple[str, ...] = ()  # node names, sorted
+    stalled_seconds: float | None = None  # no token this long while requests ran
+
+
+@dataclass(frozen=True)
+class Suspect:
+    process: ProcessSample
+    why: str
+    hard: bool  # stopped, D, CPU flat: a hang by itself; a silent log only adds to one
+
+
+def _suspects(obs: Observations, since: float, limits: Thresholds) -> list[Suspect]:
+    latest = [p for p in latest_processes(obs.processes).values() if not p.gone]
+    shares = {
+        (p.node, p.pid): cpu_share(history(obs.processes, p.node, p.pid), since)
+        for p in latest
+        if p.computes
+    }
+    window = obs.now - since
+    out: list[Suspect] = []
+    for p in latest:
+        series = history(obs.processes, p.node, p.pid)
+        share = shares.get((p.node, p.pid))
+        others_advance = any(
+            s is not None and s >= limits.flat_cpu_fraction
+            for key, s in shares.items()
+            if key != (p.node, p.pid)
+        )
+        others_log = any(
+            q.node != p.node
+            and q.log_silent_seconds is not None
+            and q.log_silent_seconds < limits.stall_seconds
+            for q in latest
+        )
+        if p.state in STOPPED_STATES:
+            why = (
+                f"{p.label} is stopped (state {p.state}): the other ranks wait for it in "
+                f"their collectives; resume it with `kill -CONT {p.pid}` on {p.node}, or "
+                "restart the run"
+            )
+            out.append(Suspect(p, why, hard=True))
+        elif steadily(series, since, "D"):
+            why = (
+                f"{p.label} has been in uninterruptible sleep (state D) for {window:.0f} s: "
+                "blocked in the kernel (GPU driver, storage, network)"
+            )
+            out.append(Suspect(p, why, hard=True))
+        elif share is not None and share < limits.flat_cpu_fraction and others_advance:
+            why = f"{p.label}: CPU time flat for {window:.0f} s while other ranks' advances"
+            out.append(Suspect(p, why, hard=True))
+        if (
+            p.log_silent_seconds is not None
+            and p.log_silent_seconds >= limits.stall_seconds
+            and others_log
+        ):
+            why = f"{p.label}: no log line for {p.log_silent_seconds:.0f} s while other nodes log"
+            out.append(Suspect(p, why, hard=False))
+    return out
+
+
+def _nodes(suspects: Sequence[Suspect]) -> tuple[str, ...]:
+    return tuple(sorted({s.process.node for s in suspects}))
+
+
+def _advancing(obs: Observations, since: float, limits: Thresholds) -> bool:
+    """Every live rank's CPU time advances over the window (at least one is known)."""
+    latest = [p for p in latest_processes(obs.processes).values() if not p.gone and p.computes]
+    shares = [cpu_share(history(obs.processes, p.node, p.pid), since) for p in latest]
+    known = [s for s in shares if s is not None]
+    return bool(known) and all(s >= limits.flat_cpu_fraction for s in known)
+
+
+def _logging(obs: Observations, limits: Thresholds) -> bool:
+    """Some live process's log grew within the stall threshold."""
+    return any(
+        p.log_silent_seconds is not None and p.log_silent_seconds < limits.stall_seconds
+        for p in latest_processes(obs.processes).values()
+        if not p.gone
+    )
+
+
+def _gone(obs: Observations) -> Verdict | None:
+    """DOWN or DEGRADED when processes are gone (exited or zombies)."""
+    latest = latest_processes(obs.processes).values()
+    gone = [p for p in latest if p.gone]
+    if not gone:
+        return None
+    reasons = tuple(
+        f"{p.label} is a zombie (state Z): it exited and its parent has not reaped it"
+        if p.alive
+        else f"{p.label} exited"
+        for p in sorted(gone, key=lambda p: (p.node, p.pid))
+    )
+    down = {p.node for p in gone}
+    state = DOWN if down >= {p.node for p in latest} else DEGRADED
+    return Verdict(state, reasons, tuple(sorted(down)))
+
+
+def _starting(obs: Observations, limits: Thresholds) -> Verdict:
+    since = obs.now - limits.stall_seconds
+    if _logging(obs, limits) and _advancing(obs, since, limits):
+        why = "busy: starting: loading weights, compiling or autotuning kernels (log lines "
+        why += "arriving, CPU time advancing)"
+        return Verdict(STARTING, (why,))
+    stuck = [s for s in _suspects(obs, since, limits) if s.hard]
+    quiet = [
+        p
+        for p in latest_processes(obs.processes).values()
+        if p.log_silent_seconds is not None and p.log_silent_seconds >= limits.stall_seconds
+    ]
+    reasons = [s.why for s in stuck]
+    if quiet and not _advancing(obs, since, limits):
+        silent = min(p.log_silent_seconds or 0.0 for p in quiet)
+        reasons.append(
+            f"no log line for {silent:.0f} s and CPU time flat during start-up: it may be stuck"
+        )
+    return Verdict(STARTING, tuple(reasons), _nodes(stuck))
+
+
+def classify(obs: Observations, limits: Thresholds | None = None) -> Verdict:
+    """The verdict on `obs` (see the module docstring)."""
+    limits = limits or Thresholds()
+    gone = _gone(obs)
+    if gone is not None:
+        return gone
+    newest = max(obs.engine, key=lambda s: s.at) if obs.engine else None
+    if newest is None or not newest.up:
+        if obs.ever_ready:
+            return Verdict(DEGRADED, ("the engine API does not answer",))
+        return _starting(obs, limits)
+    if not obs.ever_ready:
+        return _starting(obs, limits)
+
+    ups = up_samples(obs.engine)
+    since = demand_since(ups, obs.probe)
+    window_start = obs.now - limits.stall_seconds
+    stopped = [s for s in _suspects(obs, window_start, limits) if s.process.state in STOPPED_STATES]
+    if since is None:  # idle
+        if stopped:
+            reasons = (*(s.why for s in stopped), "the next request will hang")
+            return Verdict(DEGRADED, reasons, _nodes(stopped))
+        return Verdict(READY)
+    changed = last_change(ups, "generation_tokens")
+    if changed is None:
+        why = "the engine exports no generation token counter: a stall cannot be told"
+        return Verdict(READY, (why, *(s.why for s in stopped)), _nodes(stopped))
+    stalled = obs.now - max(since, changed)
+    if stalled < limits.stall_seconds:
+        return Verdict(READY, tuple(s.why for s in stopped), _nodes(stopped), stalled)
+
+    if moved_since(ups, "prompt_tokens", window_start) > 0:
+        why = f"busy: long prefill: no new token for {stalled:.0f} s, prompt tokens still counted"
+        return Verdict(READY, (why,), (), stalled)
+    if moved_since(ups, "engine_steps", window_start) > 0:
+        why = f"busy: long prefill: no new token for {stalled:.0f} s, the engine still steps"
+        return Verdict(READY, (why,), (), stalled)
+
+    suspects = _suspects(obs, window_start, limits)
+    hard = [s for s in suspects if s.hard]
+    advancing = _advancing(obs, window_start, limits)
+    if not hard and advancing:
+        done = newest.finished_requests or 0.0
+        first = done <= 0 and not newest.generation_tokens
+        if first and _logging(obs, limits) and stalled < limits.first_request_seconds:
+            why = f"busy: the first request has run {stalled:.0f} s: kernels compile or "
+            why += "autotune on first use (log lines arriving, CPU time advancing)"
+            return Verdict(STARTING, (why,), (), stalled)
+        prompts = [obs.running_prompt_tokens, obs.probe.prompt_tokens if obs.probe else None]
+        prompt = max((n for n in prompts if n), default=0)
+        if stalled < prompt / limits.min_prefill_tokens_per_second:
+            why = f"busy: long prefill: a prompt of {prompt:,} tokens, no new token for "
+            why += f"{stalled:.0f} s, every rank's CPU time advancing"
+            return Verdict(READY, (why,), (), stalled)
+
+    running = newest.running or 0.0
+    what = f"{running:g} request(s) run" if running > 0 else "deskside's probe waits"
+    headline = (
+        f"wedged: no token generated for {stalled:.0f} s while {what} (threshold "
+        f"{limits.stall_seconds:.0f} s); every engine process is alive"
+    )
+    named = hard or suspects
+    if not named:
+        tail = "every process burns CPU" if advancing else "no process stands out"
+        named_text = (
+            f"{tail}: a rank may be stuck in a collective (NCCL) or a kernel; the nodes' "
+            "engine logs and `py-spy dump --pid PID` on each rank show where"
+        )
+        return Verdict(WEDGED, (headline, named_text), (), stalled)
+    return Verdict(WEDGED, (headline, *(s.why for s in suspects)), _nodes(named), stalled)
+
+
+__all__ = [
+    "DEGRADED",
+    "DOWN",
+    "READY",
+    "STARTING",
+    "WEDGED",
+    "EngineSample",
+    "Observations",
+    "Probe",
+    "ProcessSample",
+    "Thresholds",
+    "Verdict",
+    "classify",
+]
