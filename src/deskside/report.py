@@ -174,6 +174,18 @@ def print_status(console: Console, st: ClusterStatus) -> None:
         )
     if st.release:
         console.print(f"release {shown(st.release)}")
+    if st.suspects:
+        console.print(f"suspected: {shown(', '.join(st.suspects))}", highlight=False)
+    rec = st.recovery
+    if rec is not None:
+        on = "on" if rec.get("enabled") else "off (survive.recover.enabled)"
+        spent = "; budget spent" if rec.get("budget_exhausted") else ""
+        console.print(
+            f"watch: last look {rec.get('watched_seconds_ago')} s ago; recovery {on}; "
+            f"restarts {rec.get('restarts_in_period')}/{rec.get('max_restarts')} in "
+            f"{rec.get('period_seconds'):.0f} s{spent}",
+            highlight=False,
+        )
     for reason in st.reasons:
         console.print(f"[yellow]- {shown(reason)}[/]", highlight=False)
 

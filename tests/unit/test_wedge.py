@@ -270,19 +270,26 @@ def test_api_silent_after_ready_is_degraded() -> None:
     assert classify(obs) == type(classify(obs))(DEGRADED, ("the engine API does not answer",))
 
 
-def _stalled_at(now: float, threshold: float) -> str:
-    procs = [rank("ai1", 101), rank("ai2", 200, state="T", cpu_rate=0.0)]
+def _stalled_at(now: float, threshold: float, state: str = "S") -> str:
+    procs = [rank("ai1", 101), rank("ai2", 200, state=state, cpu_rate=0.0)]
     engine, processes = record(now, procs, tokens=lambda t: 500.0 if t < 20 else 510.0)
     obs = Observations(now=now, engine=engine, processes=processes, ever_ready=True)
-    return classify(obs, Thresholds(stall_seconds=threshold)).state
+    return classify(obs, Thresholds(stall_seconds=threshold, stopped_seconds=15)).state
 
 
 def test_threshold_boundary() -> None:
-    # the last token came at t=20: 60 s later is the threshold
+    # the last token came at t=20: 60 s later is the threshold (a rank with flat CPU time)
     assert _stalled_at(70, 60) == READY
     assert _stalled_at(80, 60) == WEDGED
     assert _stalled_at(80, 61) == READY
     assert _stalled_at(80, 60.0) == WEDGED
+
+
+def test_a_stopped_rank_wedges_after_the_shorter_threshold() -> None:
+    # the same stall with the rank stopped (T): 15 s suffice
+    assert _stalled_at(30, 60, state="T") == READY
+    assert _stalled_at(35, 60, state="T") == WEDGED
+    assert _stalled_at(35, 60, state="S") == READY
 
 
 def test_stall_clock_starts_when_requests_start() -> None:

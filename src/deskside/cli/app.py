@@ -24,6 +24,7 @@ from deskside.cli import (
     recipe,
     render,
     run,
+    watch,
 )
 from deskside.cli.common import err, fail, shown
 from deskside.errors import DesksideError
@@ -54,6 +55,7 @@ app.add_typer(render.app)  # `render` and `diff`, top-level
 app.command()(exporter.exporter)
 app.command()(doctor.doctor)
 app.command()(guard.guard)
+app.command()(watch.watch)
 
 
 class Interrupted(BaseException):

@@ -90,6 +90,7 @@ def exporter(
     from deskside.exporter.gpu import open_nvml
     from deskside.exporter.serve import exposition, samples, serve
     from deskside.home import resolve_recipe
+    from deskside.layout import NodeLayout
 
     def warn(message: str) -> None:
         err.print(f"[yellow]warning:[/] {shown(message)}", highlight=False)
@@ -116,6 +117,7 @@ def exporter(
             warn=warn,
             cgroup=folder,
             guardian=guardian,
+            state_dir=Path(NodeLayout.of(loaded).recipe_dir) if state_dir is None else state_dir,
         )
         registry, _ = registry_for(sources)
         if once:

@@ -102,9 +102,10 @@ def top(
     GPU, fabric traffic and errors, GID index and drift; the engine's KV cache, requests,
     tokens per second and speculative acceptance; the alerts firing. Reads Prometheus when
     it answers, else every /metrics endpoint directly."""
-    from deskside.monitor.top import Watcher, load_run_recipe, target_of
+    from deskside.monitor.top import Watcher, target_of
     from deskside.recipe.load import load_recipe
     from deskside.runtime.records import find_run
+    from deskside.runtime.run_recipe import load_run_recipe
 
     try:
         if not 0.1 <= interval <= 3600:

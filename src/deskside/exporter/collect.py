@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from deskside.errors import DesksideError
 from deskside.exporter import roce, series
+from deskside.exporter.cluster import cluster_series, read_record
 from deskside.exporter.engine import EngineReading, Fetch, HttpFetch, Progress, read_engine
 from deskside.exporter.gpu import Nvml, read_gpus
 from deskside.exporter.memory import floor_bytes, read_meminfo
@@ -46,6 +47,7 @@ class Sources:
     warn: Callable[[str], None] = field(default=lambda message: None)
     cgroup: Path | None = None  # the watched scope's memory cgroup folder (deskside.guard)
     guardian: Guardian | None = None  # the guard, when the recipe enforces it
+    state_dir: Path | None = None  # the node's state folder (the watcher's survive.json)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -78,6 +80,10 @@ class NodeCollector(Collector):
             if self.s.engine_url is not None:
                 engine = read_engine(self.s.engine_url, self.s.fetch)
                 yield from self._engine_series(engine, self.progress.observe(engine))
+            if self.s.state_dir is not None and self.s.node.role == "head":
+                record = read_record(self.s.state_dir)
+                if record is not None:
+                    yield from cluster_series(self.node, record)
             vllm = engine.vllm_version if engine else None
             info = InfoMetricFamily(
                 series.VERSIONS.removesuffix("_info"),

@@ -38,6 +38,13 @@ ENGINE_TOKENS = "deskside_engine_generation_tokens_total"  # vllm:generation_tok
 ENGINE_RUNNING = "deskside_engine_requests_running"  # vllm:num_requests_running
 ENGINE_SINCE_TOKEN = "deskside_engine_seconds_since_last_token"  # while requests run
 
+# the cluster verdict of `deskside watch` (head only; labels node, and state)
+CLUSTER_STATE = "deskside_cluster_state"  # 1 for the current state, 0 for the others
+CLUSTER_LOOK_AGE = "deskside_cluster_look_age_seconds"  # since the watcher's last look
+CLUSTER_STALLED = "deskside_cluster_stalled_seconds"  # no token this long while requests ran
+RECOVERY_RESTARTS = "deskside_recovery_restarts_total"  # restarts by the recovery policy
+RECOVERY_EXHAUSTED = "deskside_recovery_budget_exhausted"  # 1: no restart left in the period
+
 # versions: one info series, labels deskside, vllm, driver, cuda, nccl, image_digest
 VERSIONS = "deskside_versions_info"
 UNKNOWN = "none"  # the label value of a version that does not apply or is not known

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 from pydantic import BaseModel
@@ -64,22 +63,6 @@ class Target(BaseModel):
                 )
             )
         return found
-
-
-def load_run_recipe(run: RunRecord) -> Recipe | None:
-    """The recipe a run was started from, when it can still be read (its file, or the
-    embedded recipe of that name); None otherwise."""
-    from deskside.home import embedded_recipes, resolve_recipe
-    from deskside.recipe.load import load_recipe
-
-    try:
-        if Path(run.recipe).is_file():
-            return load_recipe(Path(run.recipe))
-        if run.recipe_name in embedded_recipes():
-            return resolve_recipe(run.recipe_name, make_model=False)[0]
-    except DesksideError:
-        return None
-    return None
 
 
 def target_of(run: RunRecord, recipe: Recipe | None, prometheus: str | None = None) -> Target:

@@ -45,6 +45,7 @@ from deskside.recipe.serving import (
     Runtime,
     Speculative,
 )
+from deskside.recipe.survive import Recover, Survive
 from deskside.recipe.text import Text
 from deskside.recipe.values import Slug
 
@@ -77,6 +78,11 @@ class Recipe(BaseModel):
         default_factory=Guard,
         description="Safety limits watched while serving: memory headroom, KV cache usage, "
         "draft acceptance.",
+    )
+    survive: Survive = Field(
+        default_factory=Survive,
+        description="Wedge detection (no token while requests run) and the recovery policy "
+        "of `deskside watch`.",
     )
 
     @model_validator(mode="after")
@@ -141,7 +147,9 @@ __all__ = [
     "NodeFabric",
     "Proxy",
     "Recipe",
+    "Recover",
     "Runtime",
     "Speculative",
     "Ssh",
+    "Survive",
 ]

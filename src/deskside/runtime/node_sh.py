@@ -75,6 +75,8 @@ fi
 signal_all() { for p in $(members); do kill "-$1" "$p" 2>/dev/null; done; }
 [ -n "$(members)" ] || exit 0
 signal_all TERM
+# a process stopped by a signal or a debugger takes SIGTERM only once continued
+signal_all CONT
 i=0; ticks=$((grace * 5))
 while [ "$i" -lt "$ticks" ]; do
   [ -n "$(members)" ] || exit 0

@@ -38,13 +38,20 @@ Pid = Annotated[int, Field(ge=2)]
 # a namespace or link name deskside made (never an option, never a path)
 LinkName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")]
 RUN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-ServiceName = Literal["proxy", "prometheus", "node_exporter", "exporter"]
+ServiceName = Literal["proxy", "prometheus", "node_exporter", "exporter", "watch"]
 """Processes deskside starts beside an engine: the LiteLLM proxy (head), Prometheus (head),
-node_exporter and deskside's exporter (every node)."""
-SERVICE_NAMES: tuple[ServiceName, ...] = ("proxy", "prometheus", "node_exporter", "exporter")
+node_exporter and deskside's exporter (every node), `deskside watch` (head, runs on this
+machine)."""
+SERVICE_NAMES: tuple[ServiceName, ...] = (
+    "proxy",
+    "prometheus",
+    "node_exporter",
+    "exporter",
+    "watch",
+)
 TAG_RE = re.compile(
     r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*/[0-9]{14}/"
-    r"(engine|proxy|prometheus|node_exporter|exporter)"
+    r"(engine|proxy|prometheus|node_exporter|exporter|watch)"
 )
 
 

@@ -69,7 +69,7 @@ def wait_services(
         while pending:
             for key, sl in list(pending.items()):
                 try:
-                    if client.get(sl.ready_url).status_code == 200:
+                    if sl.ready_url and client.get(sl.ready_url).status_code == 200:
                         del pending[key]
                         say(f"{sl.node}: {sl.name} answers at {sl.ready_url}")
                         continue
@@ -87,6 +87,9 @@ def wait_services(
                         f"{state.log}:\n{_tail(t, state.log)}",
                         hint="see the whole log; `deskside status` lists the services",
                     )
+                if not sl.ready_url:  # serves nothing: up while it runs
+                    del pending[key]
+                    say(f"{sl.node}: {sl.name} runs")
             if not pending:
                 break
             if time.monotonic() > deadline:

@@ -71,7 +71,7 @@ class ServiceLaunch:
     name: str  # a ServiceName, or grafana (never a recorded process)
     node: str
     argv: tuple[str, ...]
-    ready_url: str
+    ready_url: str  # "" when the service serves nothing (up while it runs)
     what: str
 
 
@@ -119,6 +119,8 @@ def wanted(recipe: Recipe) -> list[str]:
     out = ["proxy"] if recipe.proxy.enabled else []
     if recipe.monitoring.enabled:
         out += ["prometheus", "node_exporter", "exporter"]
+    if recipe.survive.watch:
+        out.append("watch")
     return out
 
 
@@ -134,7 +136,8 @@ def missing(recipe: Recipe) -> list[tuple[str, str]]:
 
 
 def ready_url(recipe: Recipe, node: Node, service: str) -> str:
-    """The URL that answers 200 once `service` (a ServiceName, or grafana) runs on `node`."""
+    """The URL that answers 200 once `service` (a ServiceName, or grafana) runs on `node`
+    (none for `watch`, which serves nothing: it is up while it runs)."""
     mon, head = recipe.monitoring, recipe.head.address
     host, port, path = {
         "proxy": (head, recipe.proxy.port, "/health/liveliness"),
@@ -237,4 +240,7 @@ def service_launches(
                     "starting deskside's exporter",
                 )
             )
+    if "watch" in names:
+        argv = (python, "-m", "deskside.cli", "watch", "--recipe", recipe.name)
+        out.append(ServiceLaunch("watch", head.name, argv, "", "starting deskside watch"))
     return out

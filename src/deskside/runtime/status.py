@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import httpx
 
@@ -31,7 +31,9 @@ from deskside.runtime.records import (
     remove_run,
     remove_state,
 )
+from deskside.runtime.run_recipe import load_run_recipe
 from deskside.runtime.transports import transport_for
+from deskside.runtime.verdict import node_controls, with_recovery, with_verdict
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 
@@ -62,7 +64,7 @@ class NodeStatus:
 @dataclass(frozen=True)
 class ClusterStatus:
     recipe: str
-    cluster: str  # READY | DEGRADED | DOWN | STARTING
+    cluster: str  # READY | STARTING | DEGRADED | WEDGED | DOWN
     api_url: str
     engine: str  # healthy | unreachable
     nodes: list[NodeStatus]
@@ -71,6 +73,9 @@ class ClusterStatus:
     requests_waiting: float | None
     reasons: list[str]
     release: str | None = None
+    suspects: list[str] = field(default_factory=list)  # nodes a wedge's reasons point at
+    stalled_seconds: float | None = None  # no token this long while requests ran
+    recovery: dict[str, object] | None = None  # what `deskside watch` last saw and did
 
     def to_dict(self) -> dict[str, object]:
         return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
@@ -204,7 +209,18 @@ def status(
     ]
     reasons = [n.reason for n in nodes if n.reason] + service_reasons(nodes)
     with httpx.Client(transport=http_transport, timeout=10) as client:
-        return cluster_status(run, nodes, reasons, client)
+        base = cluster_status(run, nodes, reasons, client)
+        ts = {n.name: _transport(run, n, transports) for n in run.nodes}
+        if base.cluster == "READY":
+            controls = {n.name: login_control(ts[n.name], control_of(run, n)) for n in run.nodes}
+            recipe = load_run_recipe(run)
+            survive = recipe.survive if recipe is not None else None
+            looked = node_controls(run, ts, controls)
+            base = replace(
+                base, **with_verdict(base.cluster, base.reasons, run, client, looked, survive)
+            )
+        head = next(n for n in run.nodes if n.role == "head")
+        return replace(base, **with_recovery(base.cluster, base.reasons, run, ts[head.name]))
 
 
 def down(

@@ -217,6 +217,8 @@ def classify(obs: Observations, limits: Thresholds | None = None) -> Verdict:
         why = "the engine exports no generation token counter: a stall cannot be told"
         return Verdict(READY, (why, *(s.why for s in stopped)), _nodes(stopped))
     stalled = obs.now - max(since, changed)
+    if stopped and stalled >= limits.stopped_seconds:
+        return _wedged(newest, stalled, limits.stopped_seconds, stopped, stopped)
     if stalled < limits.stall_seconds:
         return Verdict(READY, tuple(s.why for s in stopped), _nodes(stopped), stalled)
 
@@ -244,12 +246,6 @@ def classify(obs: Observations, limits: Thresholds | None = None) -> Verdict:
             why += f"{stalled:.0f} s, every rank's CPU time advancing"
             return Verdict(READY, (why,), (), stalled)
 
-    running = newest.running or 0.0
-    what = f"{running:g} request(s) run" if running > 0 else "deskside's probe waits"
-    headline = (
-        f"wedged: no token generated for {stalled:.0f} s while {what} (threshold "
-        f"{limits.stall_seconds:.0f} s); every engine process is alive"
-    )
     named = hard or suspects
     if not named:
         tail = "every process burns CPU" if advancing else "no process stands out"
@@ -257,7 +253,28 @@ def classify(obs: Observations, limits: Thresholds | None = None) -> Verdict:
             f"{tail}: a rank may be stuck in a collective (NCCL) or a kernel; the nodes' "
             "engine logs and `py-spy dump --pid PID` on each rank show where"
         )
+        headline = _headline(newest, stalled, limits.stall_seconds)
         return Verdict(WEDGED, (headline, named_text), (), stalled)
+    return _wedged(newest, stalled, limits.stall_seconds, named, suspects)
+
+
+def _headline(newest: EngineSample, stalled: float, threshold: float) -> str:
+    running = newest.running or 0.0
+    what = f"{running:g} request(s) run" if running > 0 else "deskside's probe waits"
+    return (
+        f"wedged: no token generated for {stalled:.0f} s while {what} (threshold "
+        f"{threshold:.0f} s); every engine process is alive"
+    )
+
+
+def _wedged(
+    newest: EngineSample,
+    stalled: float,
+    threshold: float,
+    named: Sequence[Suspect],
+    suspects: Sequence[Suspect],
+) -> Verdict:
+    headline = _headline(newest, stalled, threshold)
     return Verdict(WEDGED, (headline, *(s.why for s in suspects)), _nodes(named), stalled)
 
 

@@ -85,6 +85,7 @@ class Thresholds:
     """The limits the classifier applies (seconds unless named otherwise)."""
 
     stall_seconds: float = 60.0  # no token this long with requests running: a stall
+    stopped_seconds: float = 10.0  # the same with a process stopped (T): a wedge sooner
     flat_cpu_fraction: float = 0.01  # CPU time over the window below this share of a core
     min_prefill_tokens_per_second: float = 100.0  # a known long prompt's slowest prefill
     first_request_seconds: float = 1800.0  # compile/autotune on the first request, at most

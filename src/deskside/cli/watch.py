@@ -1,0 +1,77 @@
+"""`deskside watch`: the wedge watcher and recovery policy of a running cluster
+(deskside.runtime.watch)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from deskside.cli.common import JsonFlag, RunOpt, emit_json, err, fail, out, shown
+from deskside.cli.run import KnownHosts
+from deskside.errors import DesksideError
+
+
+def watch(
+    run: RunOpt = None,
+    once: Annotated[bool, typer.Option("--once", help="One look, then exit.")] = False,
+    interval: Annotated[
+        float | None,
+        typer.Option(help="Seconds between looks (default: the recipe's survive.interval)."),
+    ] = None,
+    known_hosts: KnownHosts = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Look at the running cluster every few seconds: READY / STARTING / DEGRADED / WEDGED /
+    DOWN, as `deskside status` says, with the history status reads. On WEDGED, with the
+    recipe's survive.recover.enabled: write a diagnostic bundle, then restart the engines
+    (workers first), within the recovery budget; never in a loop. Runs until the run is
+    stopped (`deskside down`) or SIGTERM. A run on this machine starts one by itself."""
+    from deskside.diagnose_writer import bundle_writer
+    from deskside.runtime.records import find_run
+    from deskside.runtime.watch import Watch
+
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        name = find_run(run).recipe_name
+        last: list[str] = []
+
+        def say(msg: str) -> None:
+            if not as_json:
+                err.print(shown(msg), highlight=False)
+
+        w = Watch(name, known_hosts, say, bundle_writer(known_hosts))
+        while not stopping:
+            record = w.once()
+            if record is None:
+                say(f"{name}: the run is gone; the watch ends")
+                return
+            if as_json:
+                emit_json(record.model_dump(mode="json"), indent=None)
+            elif [record.state, record.decision] != last:
+                out.print(f"{shown(record.state)} {shown(name)}", highlight=False)
+                for reason in [*record.reasons, record.decision]:
+                    if reason:
+                        out.print(f"- {shown(reason)}", highlight=False)
+            last = [record.state, record.decision]
+            if once:
+                return
+            _sleep(interval if interval is not None else record.interval, lambda: stopping)
+    except DesksideError as exc:
+        fail(exc, as_json)
+
+
+def _sleep(seconds: float, stopped: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not stopped():
+        time.sleep(max(0.0, min(0.5, deadline - time.monotonic())))

@@ -1,0 +1,172 @@
+"""Taking looks at a running cluster and keeping their series (`deskside status`,
+`deskside watch`): the head's /metrics and every node's engine processes, appended to
+`$DESKSIDE_HOME/runs/<recipe>/looks.jsonl`, and the verdict of the whole series
+(`deskside.survive.classify`)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from deskside.engine.http import TIMEOUT, parse_metrics
+from deskside.errors import DesksideError
+from deskside.home import runs_dir
+from deskside.recipe.survive import Survive
+from deskside.runtime.control import Control
+from deskside.runtime.proc_sample import cgroup_sample, parse_sample, session_sample
+from deskside.runtime.records import NodeState, RunNode, RunRecord
+from deskside.survive.classify import Verdict, classify
+from deskside.survive.history import Look, observations, series
+from deskside.survive.observe import EngineSample, ProcessSample, Thresholds
+from deskside.transport.base import Transport
+
+LOOKS_FILE = "looks.jsonl"
+MAX_LOOKS_BYTES = 8 << 20  # past this the series is cut to its newer half
+
+
+def engine_sample(client: httpx.Client, url: str, at: float) -> EngineSample:
+    """The head's counters now (vLLM v1 names; see deskside.survive.observe)."""
+    try:
+        r = client.get(f"{url}/metrics", timeout=TIMEOUT)
+        if r.status_code != 200:
+            return EngineSample(at=at, up=False)
+        m = parse_metrics(r.text)
+    except (httpx.HTTPError, ValueError):
+        return EngineSample(at=at, up=False)
+    return EngineSample(
+        at=at,
+        up=True,
+        running=m.get("vllm:num_requests_running"),
+        waiting=m.get("vllm:num_requests_waiting"),
+        generation_tokens=m.get("vllm:generation_tokens_total"),
+        prompt_tokens=m.get("vllm:prompt_tokens_total"),
+        engine_steps=m.get("vllm:iteration_tokens_total_count"),
+        finished_requests=m.get("vllm:request_success_total"),
+    )
+
+
+def node_processes(
+    node: RunNode, t: Transport, control: Control, state: NodeState, at: float
+) -> list[ProcessSample]:
+    """The node's engine processes now (process and systemd control; none for Compose)."""
+    if control.kind == "process" and state.pid is not None:
+        argv = session_sample(state.pid, state.pid_start, state.run_tag, state.log)
+    elif control.kind == "systemd" and control.runtime == "native":
+        shown = t.run(
+            [
+                *control.sudo,
+                "systemctl",
+                "show",
+                "-p",
+                "MainPID",
+                "--value",
+                control.layout.unit_name,
+            ],
+            timeout=30,
+        )
+        main = shown.stdout.strip()
+        if not shown.ok or not main.isdigit():
+            return []
+        argv = cgroup_sample(int(main))
+    else:
+        return []
+    try:
+        r = t.run(argv, timeout=30)
+    except DesksideError:
+        return []
+    return parse_sample(r.stdout, node.name, node.role, at)[0] if r.ok else []
+
+
+def series_key(run: RunRecord, head_state: NodeState | None) -> str:
+    """Looks of one start of the engines: a restart begins a new series."""
+    return f"{run.started_at}/{head_state.started_at if head_state else '-'}"
+
+
+def looks_path(recipe_name: str) -> Path:
+    return runs_dir() / recipe_name / LOOKS_FILE
+
+
+def append_look(recipe_name: str, look: Look) -> None:
+    path = looks_path(recipe_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_size > MAX_LOOKS_BYTES:
+            _halve(path)
+        os.write(fd, (look.to_json() + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _halve(path: Path) -> None:
+    data = path.read_bytes()
+    keep = data[len(data) // 2 :]
+    keep = keep[keep.find(b"\n") + 1 :]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(keep)
+    os.replace(tmp, path)
+
+
+def load_looks(recipe_name: str, key: str, now: float) -> list[Look]:
+    path = looks_path(recipe_name)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return series(f, key, now)
+    except OSError:
+        return []
+
+
+def thresholds(survive: Survive | None) -> Thresholds:
+    if survive is None:
+        return Thresholds()
+    return Thresholds(stall_seconds=survive.stall_seconds, stopped_seconds=survive.stopped_seconds)
+
+
+def take_look(
+    run: RunRecord,
+    client: httpx.Client,
+    nodes: Mapping[str, tuple[Transport, Control, NodeState | None]],
+    key: str,
+    url: str | None = None,
+) -> Look:
+    at = time.time()
+    engine = engine_sample(client, url or run.api_url, at)
+    procs: list[ProcessSample] = []
+    for n in run.nodes:
+        t, control, state = nodes[n.name]
+        if state is not None:
+            procs += node_processes(n, t, control, state, at)
+    return Look(at=at, run_started_at=key, engine=engine, processes=tuple(procs))
+
+
+def judge(
+    run: RunRecord,
+    client: httpx.Client,
+    nodes: Mapping[str, tuple[Transport, Control, NodeState | None]],
+    survive: Survive | None,
+    second_look_after: float = 1.0,
+) -> tuple[Verdict, Look]:
+    """Take a look, add it to the run's series and classify the series. Without a recent
+    look in the series a second one follows `second_look_after` seconds later (CPU time
+    needs two readings)."""
+    head = next(n for n in run.nodes if n.role == "head")
+    key = series_key(run, nodes[head.name][2])
+    look = take_look(run, client, nodes, key)
+    append_look(run.recipe_name, look)
+    looks = load_looks(run.recipe_name, key, look.at)
+    if second_look_after > 0 and not [x for x in looks if look.at - 30 < x.at < look.at]:
+        time.sleep(second_look_after)
+        look = take_look(run, client, nodes, key)
+        append_look(run.recipe_name, look)
+        looks = load_looks(run.recipe_name, key, look.at)
+    obs = observations(looks, look.at, run.ready_at is not None)
+    return classify(obs, thresholds(survive)), look
+
+
+__all__ = ["append_look", "engine_sample", "judge", "load_looks", "take_look", "thresholds"]

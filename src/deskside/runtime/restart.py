@@ -1,0 +1,158 @@
+"""Restarting a running cluster's engines in place (the recovery of `deskside watch`):
+every engine stopped, workers first, then started again, workers first, then the head,
+and the cluster waited for until it serves. The proxy, the monitoring and the run's
+network stay as they are; each node's state keeps its services.
+
+How an engine starts again depends on its control: a process is spawned again from what
+started it (a deployed release's `launch.sh`, or for a run on this machine the recipe's
+launch line), a systemd unit is started, a Compose project brought up.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from deskside import secrets
+from deskside.errors import DesksideError
+from deskside.runtime import node_sh
+from deskside.runtime.control import Control, watched
+from deskside.runtime.ops import Executed, Op, Record, Run, Spawn, execute, stamp
+from deskside.runtime.ready import wait_ready
+from deskside.runtime.records import NodeState, RunNode, RunRecord, read_state
+from deskside.transport.base import Transport
+
+Say = Callable[[str], None]
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat(timespec="seconds")
+
+
+def workers_first(run: RunRecord) -> list[RunNode]:
+    return sorted(run.nodes, key=lambda n: (n.role == "head", n.node_rank))
+
+
+def stop_engine(control: Control, state: NodeState, grace: float) -> list[list[str]]:
+    """Stop the engine only (its services keep running)."""
+    if control.kind == "systemd":
+        return [[*control.sudo, "systemctl", "stop", control.layout.unit_name]]
+    if control.kind == "compose":
+        return [control.compose("stop")]
+    if state.pid is None:
+        return []
+    return [node_sh.stop_session(state.pid, grace, state.pid_start, state.run_tag)]
+
+
+def _local_spawns(run: RunRecord, say: Say) -> dict[str, Spawn]:
+    """The engine launch of each node of a run on this machine, from its recipe."""
+    from deskside.home import resolve_recipe
+    from deskside.planner.inputs import plan_recipe
+    from deskside.runtime.local import LocalStart
+    from deskside.runtime.pipeline import UpOptions
+
+    arg = run.recipe if Path(run.recipe).is_file() else run.recipe_name
+    recipe, path = resolve_recipe(arg, make_model=False)
+    plan = plan_recipe(recipe, path)
+    start = LocalStart(
+        recipe, path, plan, UpOptions(), say, sys.executable, lambda: datetime.now(UTC)
+    )
+    if run.proxy_url is None:
+        start.skip.append("proxy")
+    out: dict[str, Spawn] = {}
+    for la in start.launches:
+        spawn = next(op for op in start._start_ops(la) if isinstance(op, Spawn))
+        out[la.node] = spawn
+    return out
+
+
+def start_ops(
+    run: RunRecord,
+    node: RunNode,
+    control: Control,
+    old: NodeState,
+    now: datetime,
+    local: Mapping[str, Spawn],
+) -> list[Op]:
+    state = old.model_copy(
+        update={"pid": None, "pid_start": None, "run_tag": None, "started_at": _iso(now)}
+    )
+    what = f"restarting {node.role} {node.name} (node rank {node.node_rank})"
+    if control.kind == "process":
+        if old.release is None:
+            return [replace(local[node.name], state=state, what=what)]
+        release = control.layout.release(old.release)
+        log = control.layout.engine_log(old.release, stamp(now))
+        return control.start_ops(
+            node.name, state, argv=("sh", f"{release}/launch.sh"), cwd=release, log=log, what=what
+        )
+    ops: list[Op] = [Record(node.name, control.layout, state, what)]
+    if control.kind == "systemd":
+        ops.append(
+            Run(
+                node.name,
+                (*control.sudo, "systemctl", "start", control.layout.unit_name),
+                what,
+                600,
+            )
+        )
+    else:
+        ops.append(Run(node.name, tuple(control.compose("up", "--detach")), what, 600))
+    return ops
+
+
+def restart_engines(
+    run: RunRecord,
+    transports: Mapping[str, Transport],
+    controls: Mapping[str, Control],
+    say: Say = lambda _m: None,
+    grace: float = 20.0,
+    timeout: float = 900.0,
+) -> str:
+    """Restart the run's engines (see the module docstring); returns what was done. A
+    DesksideError says which step failed."""
+    states: dict[str, NodeState] = {}
+    for n in run.nodes:
+        state = read_state(transports[n.name], run.layout(n), run.recipe_name)
+        if state is None:
+            raise DesksideError(f"{n.name}: no engine recorded there: nothing to restart")
+        states[n.name] = state
+    order = workers_first(run)
+    for n in order:
+        say(f"{n.name}: stopping the engine")
+        for argv in stop_engine(controls[n.name], states[n.name], grace):
+            r = transports[n.name].run(argv, timeout=grace + 120)
+            if not r.ok:
+                raise DesksideError(
+                    f"{n.name}: stopping the engine failed: {r.stderr.strip()[-300:]}"
+                )
+    now = datetime.now(UTC)
+    local = _local_spawns(run, say) if any(s.release is None for s in states.values()) else {}
+    ops: list[Op] = []
+    for n in order:
+        ops += start_ops(run, n, controls[n.name], states[n.name], now, local)
+    done = execute(ops, transports, Executed(), say)
+    nodes = [
+        watched(n.name, done.states[n.name], controls[n.name], transports[n.name], n.name)
+        for n in order
+    ]
+    auth = secrets.engine_auth(run.recipe_name, run.proxy_url is not None)
+    wait_ready(
+        api_url=run.api_url,
+        served_names=run.served_names,
+        planned_kv_cache_tokens=run.planned_kv_cache_tokens,
+        nodes=nodes,
+        timeout=timeout,
+        say=say,
+        interval=1.0,
+        client=httpx.Client(timeout=10, headers=auth),
+    )
+    return f"engines restarted (workers first: {', '.join(n.name for n in order)}); serving again"
+
+
+__all__ = ["restart_engines", "stop_engine", "workers_first"]

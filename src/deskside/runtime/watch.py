@@ -1,0 +1,131 @@
+"""`deskside watch`: look at a running cluster every `survive.interval` seconds, keep the
+series (the same as `deskside status` reads), and act on a wedge by the recipe's
+recovery policy (`deskside.survive.recovery`): a diagnostic bundle first, then the
+engines restarted, workers first. What it saw and did goes to `survive.json` in the head's
+state folder, where `deskside status` and the head's exporter read it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from deskside.errors import DesksideError
+from deskside.home import runs_dir
+from deskside.recipe.survive import Survive
+from deskside.runtime.records import RunRecord, load_run
+from deskside.runtime.restart import restart_engines
+from deskside.runtime.run_recipe import load_run_recipe
+from deskside.runtime.status import ClusterStatus, control_of, login_control, status
+from deskside.runtime.transports import transport_for
+from deskside.runtime.verdict import head_of, read_survive, write_survive
+from deskside.survive.recovery import (
+    MAX_RESTARTS_KEPT,
+    RestartRecord,
+    SurviveRecord,
+    decide,
+)
+from deskside.transport.base import Transport
+
+Say = Callable[[str], None]
+BundleWriter = Callable[[RunRecord, Path, str], str]  # run, folder, reason -> bundle path
+
+
+def bundles_dir(recipe_name: str) -> Path:
+    return runs_dir() / recipe_name / "bundles"
+
+
+class Watch:
+    """One watcher of one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        run_name: str,
+        known_hosts: str | None = None,
+        say: Say = lambda _m: None,
+        bundle: BundleWriter | None = None,
+        transports: Mapping[str, Transport] | None = None,
+    ) -> None:
+        self.run_name, self.known_hosts, self.say, self.bundle = run_name, known_hosts, say, bundle
+        self.given = dict(transports or {})
+
+    def _transports(self, run: RunRecord) -> dict[str, Transport]:
+        kh = self.known_hosts or run.known_hosts
+        return {n.name: self.given.get(n.name) or transport_for(n, kh) for n in run.nodes}
+
+    def once(self) -> SurviveRecord | None:
+        """One look, and the action it calls for. None when the run is gone."""
+        run = load_run(self.run_name)
+        if run is None:
+            return None
+        recipe = load_run_recipe(run)
+        survive = recipe.survive if recipe is not None else Survive()
+        ts = self._transports(run)
+        head_t = ts[head_of(run).name]
+        st = status(run, ts)
+        now = time.time()
+        before = read_survive(run, head_t)
+        ours = before is not None and before.run_started_at == run.started_at
+        restarts = list(before.restarts) if before is not None and ours else []
+        decision = decide(st.cluster, now, survive.recover, restarts)
+        if decision.action == "restart":
+            restarts.append(self._recover(run, ts, st, now))
+        record = SurviveRecord(
+            recipe=run.recipe_name,
+            run_started_at=run.started_at,
+            at=now,
+            interval=survive.interval,
+            state=st.cluster,
+            reasons=st.reasons,
+            suspects=st.suspects,
+            stalled_seconds=st.stalled_seconds,
+            recover=survive.recover.enabled,
+            max_restarts=survive.recover.max_restarts,
+            period=survive.recover.period,
+            restarts=restarts[-MAX_RESTARTS_KEPT:],
+            decision=decision.why if decision.action != "none" else "",
+        )
+        write_survive(run, head_t, record)
+        return record
+
+    def _recover(
+        self, run: RunRecord, ts: Mapping[str, Transport], st: ClusterStatus, now: float
+    ) -> RestartRecord:
+        headline = st.reasons[0] if st.reasons else "wedged"
+        for r in st.reasons:
+            if r.startswith("wedged:"):
+                headline = r
+        self.say(f"{run.recipe_name}: {headline}")
+        bundle = None
+        recipe = load_run_recipe(run)
+        want_bundle = recipe.survive.recover.bundle if recipe is not None else True
+        if want_bundle and self.bundle is not None:
+            try:
+                bundle = self.bundle(run, bundles_dir(run.recipe_name), headline)
+                self.say(f"diagnostic bundle: {bundle}")
+            except (DesksideError, OSError) as exc:
+                self.say(f"the diagnostic bundle failed: {exc}")
+        controls = {n.name: login_control(ts[n.name], control_of(run, n)) for n in run.nodes}
+        try:
+            done = restart_engines(run, ts, controls, self.say)
+            ok = True
+        except DesksideError as exc:
+            done, ok = f"restart failed: {exc.message}", False
+        self.say(done)
+        return RestartRecord(
+            at=now, reason=headline, suspects=st.suspects, bundle=bundle, ok=ok, detail=done
+        )
+
+    def run(self, interval: float | None = None, stop: Callable[[], bool] = lambda: False) -> None:
+        """Look every `interval` seconds (default the recipe's) until the run is gone or
+        `stop()` says so."""
+        while not stop():
+            t0 = time.monotonic()
+            record = self.once()
+            if record is None:
+                return
+            wait = interval if interval is not None else record.interval
+            time.sleep(max(0.0, wait - (time.monotonic() - t0)))
+
+
+__all__ = ["Watch", "bundles_dir", "read_survive"]
