@@ -24,6 +24,13 @@ class Recover(BaseModel):
         description="Write a diagnostic bundle (logs, stacks, metrics, process states) "
         "before restarting, so the evidence outlives the restart.",
     )
+    wedged_for: float = Field(
+        20,
+        ge=0,
+        le=3600,
+        description="Seconds the cluster must stay WEDGED before the restart (a person, "
+        "the alert or `deskside diagnose` sees it first; a short stall passes).",
+    )
     max_restarts: int = Field(
         1,
         ge=1,

@@ -19,6 +19,7 @@ from deskside.runtime.run_recipe import load_run_recipe
 from deskside.runtime.status import ClusterStatus, control_of, login_control, status
 from deskside.runtime.transports import transport_for
 from deskside.runtime.verdict import head_of, read_survive, write_survive
+from deskside.survive.classify import WEDGED
 from deskside.survive.recovery import (
     MAX_RESTARTS_KEPT,
     RestartRecord,
@@ -67,7 +68,12 @@ class Watch:
         before = read_survive(run, head_t)
         ours = before is not None and before.run_started_at == run.started_at
         restarts = list(before.restarts) if before is not None and ours else []
-        decision = decide(st.cluster, now, survive.recover, restarts)
+        since = None
+        if st.cluster == WEDGED:
+            was = before.wedged_since if before is not None and ours else None
+            kept = was is not None and before is not None and before.state == WEDGED
+            since = was if kept else now
+        decision = decide(st.cluster, now, survive.recover, restarts, since)
         if decision.action == "restart":
             restarts.append(self._recover(run, ts, st, now))
         record = SurviveRecord(
@@ -79,6 +85,7 @@ class Watch:
             reasons=st.reasons,
             suspects=st.suspects,
             stalled_seconds=st.stalled_seconds,
+            wedged_since=None if decision.action == "restart" else since,
             recover=survive.recover.enabled,
             max_restarts=survive.recover.max_restarts,
             period=survive.recover.period,

@@ -79,6 +79,7 @@ class Suspect:
     process: ProcessSample
     why: str
     hard: bool  # stopped, D, CPU flat: a hang by itself; a silent log only adds to one
+    kind: str = ""  # stopped | log (merged per node in the reasons); others as they are
 
 
 def _suspects(obs: Observations, since: float, limits: Thresholds) -> list[Suspect]:
@@ -110,7 +111,7 @@ def _suspects(obs: Observations, since: float, limits: Thresholds) -> list[Suspe
                 f"their collectives; resume it with `kill -CONT {p.pid}` on {p.node}, or "
                 "restart the run"
             )
-            out.append(Suspect(p, why, hard=True))
+            out.append(Suspect(p, why, hard=True, kind="stopped"))
         elif steadily(series, since, "D"):
             why = (
                 f"{p.label} has been in uninterruptible sleep (state D) for {window:.0f} s: "
@@ -126,8 +127,43 @@ def _suspects(obs: Observations, since: float, limits: Thresholds) -> list[Suspe
             and others_log
         ):
             why = f"{p.label}: no log line for {p.log_silent_seconds:.0f} s while other nodes log"
-            out.append(Suspect(p, why, hard=False))
+            out.append(Suspect(p, why, hard=False, kind="log"))
     return out
+
+
+def _texts(suspects: Sequence[Suspect]) -> tuple[str, ...]:
+    """The suspects' reasons, with a node's stopped processes in one sentence and its log
+    silence said once."""
+    out: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for s in suspects:
+        key = (s.process.node, s.kind)
+        if s.kind not in ("stopped", "log"):
+            out.append(s.why)
+            continue
+        if key in seen:
+            continue
+        seen.add(key)
+        group = [x.process for x in suspects if (x.process.node, x.kind) == key]
+        p = group[0]
+        where = f"{p.node} ({p.role})"
+        if s.kind == "log":
+            out.append(
+                f"{where}: no log line for {p.log_silent_seconds:.0f} s while other nodes log"
+            )
+        elif len(group) == 1:
+            out.append(s.why)
+        else:
+            pids = " ".join(str(x.pid) for x in group)
+            named = ", ".join(
+                f"{x.name} (pid {x.pid})" if x.name else f"pid {x.pid}" for x in group
+            )
+            out.append(
+                f"{where}: {len(group)} engine processes are stopped (state T): {named}; the "
+                f"other ranks wait for them in their collectives; resume them with `kill -CONT "
+                f"{pids}` on {p.node}, or restart the run"
+            )
+    return tuple(out)
 
 
 def _nodes(suspects: Sequence[Suspect]) -> tuple[str, ...]:
@@ -180,7 +216,7 @@ def _starting(obs: Observations, limits: Thresholds) -> Verdict:
         for p in latest_processes(obs.processes).values()
         if p.log_silent_seconds is not None and p.log_silent_seconds >= limits.stall_seconds
     ]
-    reasons = [s.why for s in stuck]
+    reasons = list(_texts(stuck))
     if quiet and not _advancing(obs, since, limits):
         silent = min(p.log_silent_seconds or 0.0 for p in quiet)
         reasons.append(
@@ -209,18 +245,18 @@ def classify(obs: Observations, limits: Thresholds | None = None) -> Verdict:
     stopped = [s for s in _suspects(obs, window_start, limits) if s.process.state in STOPPED_STATES]
     if since is None:  # idle
         if stopped:
-            reasons = (*(s.why for s in stopped), "the next request will hang")
+            reasons = (*_texts(stopped), "the next request will hang")
             return Verdict(DEGRADED, reasons, _nodes(stopped))
         return Verdict(READY)
     changed = last_change(ups, "generation_tokens")
     if changed is None:
         why = "the engine exports no generation token counter: a stall cannot be told"
-        return Verdict(READY, (why, *(s.why for s in stopped)), _nodes(stopped))
+        return Verdict(READY, (why, *_texts(stopped)), _nodes(stopped))
     stalled = obs.now - max(since, changed)
     if stopped and stalled >= limits.stopped_seconds:
         return _wedged(newest, stalled, limits.stopped_seconds, stopped, stopped)
     if stalled < limits.stall_seconds:
-        return Verdict(READY, tuple(s.why for s in stopped), _nodes(stopped), stalled)
+        return Verdict(READY, _texts(stopped), _nodes(stopped), stalled)
 
     if moved_since(ups, "prompt_tokens", window_start) > 0:
         why = f"busy: long prefill: no new token for {stalled:.0f} s, prompt tokens still counted"
@@ -275,7 +311,7 @@ def _wedged(
     suspects: Sequence[Suspect],
 ) -> Verdict:
     headline = _headline(newest, stalled, threshold)
-    return Verdict(WEDGED, (headline, *(s.why for s in suspects)), _nodes(named), stalled)
+    return Verdict(WEDGED, (headline, *_texts(suspects)), _nodes(named), stalled)
 
 
 __all__ = [

@@ -2,8 +2,9 @@
 the decision from the verdict, the policy and the restarts made so far; the record
 (`survive.json` in the head's state folder) that `deskside status` and the exporter read.
 
-The decision never loops: at most `max_restarts` restarts within `period` seconds, none
-within `backoff` seconds of the last one, and none unless the cluster is WEDGED now.
+A restart only when the cluster is WEDGED now and has been for `wedged_for` seconds. The
+decision never loops: at most `max_restarts` restarts within `period` seconds, and none
+within `backoff` seconds of the last one.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class SurviveRecord(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     suspects: list[str] = Field(default_factory=list)
     stalled_seconds: float | None = None
+    wedged_since: float | None = None  # epoch seconds: WEDGED in every look since then
     recover: bool = False
     max_restarts: int = 1
     period: float = 3600.0
@@ -64,12 +66,26 @@ class Decision:
     why: str
 
 
-def decide(state: str, now: float, policy: Recover, restarts: list[RestartRecord]) -> Decision:
-    """What to do about the cluster's state now (see the module docstring)."""
+def decide(
+    state: str,
+    now: float,
+    policy: Recover,
+    restarts: list[RestartRecord],
+    wedged_since: float | None = None,
+) -> Decision:
+    """What to do about the cluster's state now (see the module docstring); `wedged_since`
+    is when the cluster became WEDGED (None: now)."""
     if state != WEDGED:
         return Decision("none", "")
     if not policy.enabled:
         return Decision("report", "recovery is off (survive.recover.enabled): reported only")
+    wedged = now - (wedged_since if wedged_since is not None else now)
+    if wedged < policy.wedged_for:
+        return Decision(
+            "report",
+            f"wedged for {wedged:.0f} s: the engines restart once it lasts "
+            f"{policy.wedged_for:.0f} s (survive.recover.wedged_for)",
+        )
     recent = [r for r in restarts if now - r.at < policy.period]
     if len(recent) >= policy.max_restarts:
         return Decision(
