@@ -14,6 +14,7 @@ import typer
 
 from deskside.cli import (
     bench,
+    diagnose,
     doctor,
     exporter,
     fabric,
@@ -54,6 +55,7 @@ app.add_typer(render.app)  # `render` and `diff`, top-level
 app.command()(exporter.exporter)
 app.command()(doctor.doctor)
 app.command()(guard.guard)
+app.command()(diagnose.diagnose)
 
 
 class Interrupted(BaseException):
