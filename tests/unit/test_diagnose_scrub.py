@@ -4,6 +4,8 @@ replaced in every text, secret files are dropped by name, and ordinary engine wo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from deskside.diagnose.scrub import REDACTED, Scrubber, dropped, secret_values
@@ -128,3 +130,28 @@ def test_diagnosis_members_are_kept(name: str) -> None:
 def test_secret_values_of_files_deskside_writes() -> None:
     text = f"VLLM_API_KEY={ENGINE_KEY}\n\n# comment\n{SK}\n[default]\nhf_token = {HF}\n"
     assert secret_values(text) == [ENGINE_KEY, SK, "[default]", HF]
+
+
+def test_json_stays_json() -> None:
+    command = 'sh -c "echo \\"VLLM_API_KEY=$KEY\\"" --api-key abcdef'
+    doc = {
+        "command": command,
+        "env": {"HF_TOKEN": "plain", "VLLM_API_KEY": "", "max_num_batched_tokens": "8192"},
+        "list": [f"see {ENGINE_KEY}", 3, None],
+        ENGINE_KEY: True,
+    }
+    s = Scrubber()
+    s.add([ENGINE_KEY])
+    done = s.scrub_json(json.dumps(doc))
+    assert done is not None
+    text, count = done
+    back = json.loads(text)
+    assert back["env"] == {
+        "HF_TOKEN": REDACTED,
+        "VLLM_API_KEY": "",
+        "max_num_batched_tokens": "8192",
+    }
+    assert back["list"] == [f"see {REDACTED}", 3, None] and back[REDACTED] is True
+    assert "abcdef" not in text and back["command"].endswith(f"--api-key {REDACTED}")
+    assert f'VLLM_API_KEY={REDACTED}\\"' in back["command"] and count == 5
+    assert s.scrub_json("not json {") is None

@@ -26,8 +26,9 @@ The archive has one top folder named like the file, holding:
     nodes/<node>/stacks.txt       py-spy dumps and kernel stacks of every engine process
     nodes/<node>/exporter-metrics.txt  deskside's exporter's /metrics (monitoring on)
 
-Nodes are read at once (one thread each; the cluster-wide pieces in one more), so the
-process states and stacks of all nodes are taken close together. Every text member, the
+Nodes are read first, all at once (one thread each), so the process states and stacks of
+all nodes are taken close together and undisturbed; the cluster-wide pieces follow, a few
+at a time. Every text member, the
 manifest included, is scrubbed of the run's secrets (`deskside.diagnose.scrub`), and files
 that are secrets by nature never enter.
 """
@@ -121,7 +122,8 @@ def scrubbed(members: list[Member], scrubber: Scrubber) -> list[Member]:
         if m.text is None:
             out.append(replace(m, error=error, source=source))
             continue
-        text, count = scrubber.scrub(m.text)
+        as_json = scrubber.scrub_json(m.text) if m.name.endswith((".json", ".lock")) else None
+        text, count = as_json or scrubber.scrub(m.text)
         out.append(replace(m, text=text, redactions=count, error=error, source=source))
     return out
 
@@ -183,16 +185,19 @@ def write_bundle(
         run, ts, recipe, path, recipe_error, progress=progress, http_transport=http_transport
     )
     collected: list[Member] = []
-    with ThreadPoolExecutor(max_workers=len(nodes) + 1) as pool:
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         done: list[tuple[str, Future[object]]] = [
             (f"nodes/{safe_name(c.node.name)}", pool.submit(c.collect)) for c in nodes
         ]
-        done.append(("cluster", pool.submit(cluster.collect)))
         for name, future in done:
             try:
                 future.result()
             except Exception as exc:  # a bug in one collector spares the rest
                 collected.append(Member(name, name, error=f"{type(exc).__name__}: {exc}"))
+    try:
+        cluster.collect()
+    except Exception as exc:  # a bug in one collector spares the rest
+        collected.append(Member("cluster", "cluster", error=f"{type(exc).__name__}: {exc}"))
     for c in nodes:
         scrubber.add(c.secrets)
     collected[:0] = [m for c in nodes for m in c.members] + cluster.members
@@ -205,7 +210,8 @@ def write_bundle(
         deskside_version=deskside.__version__,
         folder=folder,
     )
-    manifest_json = scrubber.scrub(manifest_text(data))[0]
+    text = manifest_text(data)
+    manifest_json = (scrubber.scrub_json(text) or scrubber.scrub(text))[0]
     bundle = archive(folder, members, manifest_json, time.time())
     saved = _save(out_dir, folder, bundle)
     if progress is not None:

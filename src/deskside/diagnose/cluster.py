@@ -6,8 +6,10 @@ the others are still collected."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,7 @@ from deskside.smallfile import read_small_file
 from deskside.transport.base import Transport
 
 HTTP_TIMEOUT = 10.0
+PARALLEL = 3  # pieces at once: a node's SSH server allows 10 sessions per connection
 MAX_METRICS_BYTES = 8 << 20
 MAX_RECIPE_BYTES = 1 << 20
 
@@ -42,37 +45,52 @@ class ClusterCollector:
     http_transport: httpx.BaseTransport | None = None
     members: list[Member] = field(default_factory=list)
 
-    def _piece(self, name: str, source: str, get: Callable[[], str]) -> None:
+    def _piece(self, name: str, source: str, get: Callable[[], str]) -> Member:
         if self.progress is not None:
             self.progress(f"cluster: {name.removeprefix('cluster/')}")
+        t0 = time.monotonic()
         try:
-            self.members.append(Member(name, source, get()))
+            member = Member(name, source, get())
         except DesksideError as exc:
-            self.members.append(Member(name, source, error=exc.message))
+            member = Member(name, source, error=exc.message)
         except Exception as exc:  # recorded, never fatal
-            self.members.append(Member(name, source, error=f"{type(exc).__name__}: {exc}"))
+            member = Member(name, source, error=f"{type(exc).__name__}: {exc}")
+        return replace(member, seconds=time.monotonic() - t0)
 
-    def _needs_recipe(self, name: str, source: str, get: Callable[[Recipe, Path], str]) -> None:
+    def _needs_recipe(
+        self, name: str, source: str, get: Callable[[Recipe, Path], str]
+    ) -> Callable[[], Member]:
         recipe, path = self.recipe, self.recipe_path
         if recipe is None or path is None:
             why = f"the recipe could not be loaded: {self.recipe_error or 'unknown'}"
-            self.members.append(Member(name, source, error=why))
-            return
-        self._piece(name, source, lambda: get(recipe, path))
+            return lambda: Member(name, source, error=why)
+        return lambda: self._piece(name, source, lambda: get(recipe, path))
 
     def collect(self) -> ClusterCollector:
-        run = self.run
-        self._piece("cluster/run.json", "this machine: the run record", self._run_record)
+        """Every piece, `PARALLEL` at a time (the slowest, doctor and status, first)."""
+        url = f"{self.run.api_url}/metrics"
+        pieces: list[Callable[[], Member]] = [
+            self._needs_recipe("cluster/doctor.json", "deskside doctor --json", self._doctor),
+            lambda: self._piece("cluster/status.json", "deskside status --json", self._status),
+            self._needs_recipe(
+                "cluster/fabric-show.json", "deskside fabric show --json", self._fabric
+            ),
+            lambda: self._piece("cluster/engine-metrics.txt", f"GET {url}", lambda: self._get(url)),
+            self._needs_recipe("cluster/plan.json", "deskside plan --json", _plan),
+            self._lock,
+            lambda: self._piece(
+                "cluster/run.json", "this machine: the run record", self._run_record
+            ),
+        ]
         if self.recipe_path is not None:
             path = self.recipe_path
-            self._piece("cluster/recipe.yaml", f"this machine: {path}", lambda: _recipe(path))
-        self._piece("cluster/status.json", "deskside status --json", self._status)
-        url = f"{run.api_url}/metrics"
-        self._piece("cluster/engine-metrics.txt", f"GET {url}", lambda: self._get(url))
-        self._needs_recipe("cluster/plan.json", "deskside plan --json", _plan)
-        self._lock()
-        self._needs_recipe("cluster/fabric-show.json", "deskside fabric show --json", self._fabric)
-        self._needs_recipe("cluster/doctor.json", "deskside doctor --json", self._doctor)
+            pieces.append(
+                lambda: self._piece(
+                    "cluster/recipe.yaml", f"this machine: {path}", lambda: _recipe(path)
+                )
+            )
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            self.members = list(pool.map(lambda piece: piece(), pieces))
         return self
 
     # -- pieces
@@ -86,20 +104,22 @@ class ClusterCollector:
         return _json(status(self.run, self.transports, self.http_transport).to_dict())
 
     def _get(self, url: str) -> str:
-        with httpx.Client(transport=self.http_transport, timeout=HTTP_TIMEOUT) as client:
-            r = client.get(url)
+        try:
+            with httpx.Client(transport=self.http_transport, timeout=HTTP_TIMEOUT) as client:
+                r = client.get(url)
+        except httpx.HTTPError as exc:
+            raise DesksideError(f"GET {url}: {exc or type(exc).__name__}") from None
         if r.status_code != 200:
             raise DesksideError(f"GET {url}: HTTP {r.status_code}")
         return r.text[-MAX_METRICS_BYTES:]
 
-    def _lock(self) -> None:
+    def _lock(self) -> Member:
         name = "cluster/deskside.lock"
         run = self.run
         head = next((n for n in run.nodes if n.role == "head"), None)
         if run.release is None or head is None:
             why = "a run on this machine renders no lock" if run.release is None else "no head"
-            self.members.append(Member(name, "the head's current release", skipped=why))
-            return
+            return Member(name, "the head's current release", skipped=why)
         path = f"{run.layout(head).current}/{LOCK_PATH}"
         t = self.transports[head.name]
 
@@ -109,7 +129,7 @@ class ClusterCollector:
             except FileNotFoundError:
                 raise DesksideError(f"{t.name}: no lock file at {path}") from None
 
-        self._piece(name, f"{t.name}:{path}", get)
+        return self._piece(name, f"{t.name}:{path}", get)
 
     def _fabric(self, recipe: Recipe, path: Path) -> str:
         from deskside.fabric.show import show_recipe

@@ -25,6 +25,7 @@ class Member:
     skipped: str | None = None  # why it does not apply
     redactions: int = 0  # secrets replaced in it
     dropped: str | None = None  # why it was left out although collected (a secret file)
+    seconds: float | None = None  # how long collecting it took
 
     @property
     def present(self) -> bool:
@@ -32,10 +33,6 @@ class Member:
 
     def failed(self, error: str) -> Member:
         return replace(self, text=None, error=error)
-
-
-def missing(name: str, source: str, error: str) -> Member:
-    return Member(name, source, error=error)
 
 
 def safe_name(name: str) -> str:
@@ -67,6 +64,7 @@ def manifest(
                 "source": m.source,
                 "bytes": len(m.text.encode()) if m.present and m.text is not None else 0,
                 "redactions": m.redactions,
+                **({"seconds": round(m.seconds, 3)} if m.seconds is not None else {}),
                 **({"error": m.error} if m.error else {}),
                 **({"skipped": m.skipped} if m.skipped else {}),
                 **({"dropped": m.dropped} if m.dropped else {}),

@@ -8,8 +8,9 @@ as not collected at once (no second wait for the same dead host)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import httpx
@@ -92,21 +93,20 @@ class NodeCollector:
         if self.unreachable is not None:
             self.members.append(Member(path, source, error=f"not collected: {self.unreachable}"))
             return None
+        t0 = time.monotonic()
+        text: str | None = None
         try:
             text = get()
+            member = Member(path, source, text)
         except SshError as exc:
             self.unreachable = exc.message
-            self.members.append(Member(path, source, error=exc.message))
-            return None
+            member = Member(path, source, error=exc.message)
         except (NotCollected, DesksideError, OSError, httpx.HTTPError) as exc:
             message = exc.message if isinstance(exc, DesksideError) else str(exc)
-            self.members.append(Member(path, source, error=message or type(exc).__name__))
-            return None
+            member = Member(path, source, error=message or type(exc).__name__)
         except Exception as exc:  # recorded, never fatal
-            self.members.append(Member(path, source, error=f"{type(exc).__name__}: {exc}"))
-            return None
-        if text is not None:
-            self.members.append(Member(path, source, text))
+            member = Member(path, source, error=f"{type(exc).__name__}: {exc}")
+        self.members.append(replace(member, seconds=time.monotonic() - t0))
         return text
 
     def _skip(self, name: str, source: str, why: str) -> None:
@@ -221,7 +221,7 @@ class NodeCollector:
         """The engine's processes (see `deskside.diagnose.procs`) and how they were found."""
         t = self.t
         if control.runtime == "container" and control.kind != "process":
-            ps = control.compose("ps", "--quiet")
+            ps = control.alive_command()  # the project's running containers
             ids = _out(t, t.run(ps, timeout=COMMAND_TIMEOUT), "listing the containers").split()
             if not ids:
                 raise NotCollected(f"{t.name}: no running container of the engine's project")
@@ -310,8 +310,11 @@ class NodeCollector:
         self._say("exporter metrics")
 
         def get() -> str:
-            with httpx.Client(transport=self.http_transport, timeout=HTTP_TIMEOUT) as client:
-                r = client.get(url)
+            try:
+                with httpx.Client(transport=self.http_transport, timeout=HTTP_TIMEOUT) as client:
+                    r = client.get(url)
+            except httpx.HTTPError as exc:
+                raise NotCollected(f"GET {url}: {exc or type(exc).__name__}") from None
             if r.status_code != 200:
                 raise NotCollected(f"GET {url}: HTTP {r.status_code}")
             return cap(r.text)

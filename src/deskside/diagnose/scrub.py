@@ -2,7 +2,8 @@
 
 - Files that hold secrets by their nature (environment files, key files, anything under a
   `secrets/` folder) are dropped whole: `dropped`.
-- Every text member is scrubbed (`Scrubber.scrub`): the run's known secrets (the engine's
+- Every text member is scrubbed (`Scrubber.scrub`; JSON value by value, `scrub_json`, so it
+  stays JSON): the run's known secrets (the engine's
   API key, the proxy master key, Hugging Face tokens found on this machine and the nodes)
   wherever they appear, and values that look like credentials whatever their source:
   `Authorization: Bearer x`, `NAME=x` and `"NAME": "x"` where NAME names a key, token,
@@ -12,17 +13,20 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Any
 
 REDACTED = "[REDACTED]"
 MIN_KNOWN = 6  # shorter known values would redact ordinary words; patterns still apply
 
 # Names of credentials: *_API_KEY, *_KEY, *TOKEN, *SECRET*, *PASSWORD, *PASSWD (any case).
 _NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|[_-]key|token|secret[A-Za-z0-9_.-]*|password|passwd)"
-_VALUE = r"[^\s\"',;&]+"
+_SECRET_KEY = re.compile("(?i)" + _NAME)
+_VALUE = r"[^\s\"',;&\\]+"
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # PEM private keys, whole
     (
@@ -73,6 +77,37 @@ class Scrubber:
             value = value.strip()
             if len(value) >= MIN_KNOWN:
                 self.known.add(value)
+
+    def scrub_json(self, text: str) -> tuple[str, int] | None:
+        """A JSON document scrubbed value by value (so it stays JSON): every string as
+        text, and the string value of every key that names a credential whole; None when
+        `text` is not JSON."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        count = 0
+
+        def walk(value: Any) -> Any:
+            nonlocal count
+            if isinstance(value, str):
+                scrubbed, n = self.scrub(value)
+                count += n
+                return scrubbed
+            if isinstance(value, list):
+                return [walk(v) for v in value]
+            if isinstance(value, dict):
+                out = {}
+                for key, v in value.items():
+                    if isinstance(v, str) and v and _SECRET_KEY.fullmatch(str(key)):
+                        out[walk(key)] = REDACTED
+                        count += 1
+                    else:
+                        out[walk(key)] = walk(v)
+                return out
+            return value
+
+        return json.dumps(walk(data), indent=2) + "\n", count
 
     def scrub(self, text: str) -> tuple[str, int]:
         """`text` with every secret replaced, and how many replacements were made."""
