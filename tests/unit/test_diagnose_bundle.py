@@ -240,3 +240,15 @@ def test_run_of_a_name_a_recipe_file_and_nothing(home: Path, tmp_path: Path) -> 
     with pytest.raises(DesksideError, match="no run named 'nothing-here'") as exc:
         run_of("nothing-here")
     assert exc.value.hint is not None and NAME in exc.value.hint
+
+
+def test_cli_names_a_missing_run_without_a_traceback(home: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from deskside.cli.app import app
+
+    result = CliRunner().invoke(app, ["diagnose", "nothing-here", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)
+    assert error["message"] == "no run named 'nothing-here', and no recipe file there"
+    assert not list(tmp_path.glob("*.tar.gz"))
