@@ -14,6 +14,7 @@ import typer
 
 from deskside.cli import (
     bench,
+    diagnose,
     doctor,
     exporter,
     fabric,
@@ -56,6 +57,7 @@ app.command()(exporter.exporter)
 app.command()(doctor.doctor)
 app.command()(guard.guard)
 app.command()(watch.watch)
+app.command()(diagnose.diagnose)
 
 
 class Interrupted(BaseException):

@@ -31,7 +31,6 @@ def watch(
     recipe's survive.recover.enabled: write a diagnostic bundle, then restart the engines
     (workers first), within the recovery budget; never in a loop. Runs until the run is
     stopped (`deskside down`) or SIGTERM. A run on this machine starts one by itself."""
-    from deskside.diagnose_writer import bundle_writer
     from deskside.runtime.records import find_run
     from deskside.runtime.watch import Watch
 
@@ -50,7 +49,7 @@ def watch(
             if not as_json:
                 err.print(shown(msg), highlight=False)
 
-        w = Watch(name, known_hosts, say, bundle_writer(known_hosts))
+        w = Watch(name, known_hosts, say)
         while not stopping:
             record = w.once()
             if record is None:

@@ -29,7 +29,17 @@ from deskside.survive.recovery import (
 from deskside.transport.base import Transport
 
 Say = Callable[[str], None]
-BundleWriter = Callable[[RunRecord, Path, str], str]  # run, folder, reason -> bundle path
+# run, folder, reason, the nodes' transports -> the bundle's path
+BundleWriter = Callable[[RunRecord, Path, str, Mapping[str, Transport]], str]
+
+
+def write_diagnose_bundle(
+    run: RunRecord, folder: Path, reason: str, transports: Mapping[str, Transport]
+) -> str:
+    """`deskside diagnose`'s bundle, as the recovery writes it before a restart."""
+    from deskside.diagnose.bundle import write_bundle
+
+    return str(write_bundle(run, folder, transports=transports, reason=reason).path)
 
 
 def bundles_dir(recipe_name: str) -> Path:
@@ -44,7 +54,7 @@ class Watch:
         run_name: str,
         known_hosts: str | None = None,
         say: Say = lambda _m: None,
-        bundle: BundleWriter | None = None,
+        bundle: BundleWriter | None = write_diagnose_bundle,
         transports: Mapping[str, Transport] | None = None,
     ) -> None:
         self.run_name, self.known_hosts, self.say, self.bundle = run_name, known_hosts, say, bundle
@@ -108,7 +118,7 @@ class Watch:
         want_bundle = recipe.survive.recover.bundle if recipe is not None else True
         if want_bundle and self.bundle is not None:
             try:
-                bundle = self.bundle(run, bundles_dir(run.recipe_name), headline)
+                bundle = self.bundle(run, bundles_dir(run.recipe_name), headline, ts)
                 self.say(f"diagnostic bundle: {bundle}")
             except (DesksideError, OSError) as exc:
                 self.say(f"the diagnostic bundle failed: {exc}")
