@@ -20,6 +20,7 @@ from deskside.cli import (
     guard,
     monitor,
     plan,
+    probe,
     proxy,
     recipe,
     render,
@@ -54,6 +55,7 @@ app.add_typer(render.app)  # `render` and `diff`, top-level
 app.command()(exporter.exporter)
 app.command()(doctor.doctor)
 app.command()(guard.guard)
+app.command()(probe.probe)
 
 
 class Interrupted(BaseException):
