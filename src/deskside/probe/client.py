@@ -79,7 +79,10 @@ def probe_tools(client: httpx.Client, target: ProbeTarget) -> ProbeResult:
     last: Any = None
     for choice in tools.CHOICES:
         status, body, error = post(
-            client, url, tools.tool_body(target.model, choice), target.engine_headers
+            client,
+            url,
+            tools.tool_body(target.model, choice, target.traits.reasoning_parser is not None),
+            target.engine_headers,
         )
         if status is None:
             return failed(tools.NAME, error)

@@ -34,10 +34,7 @@ class Knock:
     door: Door
     name: str
     key: Key
-
-    @property
-    def should_answer(self) -> bool:
-        return self.key in ("master", "engine")
+    should_answer: bool
 
     def __str__(self) -> str:
         key = {
@@ -55,14 +52,14 @@ def knocks(names: Sequence[str], behind_proxy: bool) -> list[Knock]:
     for name in names:
         if behind_proxy:
             out += [
-                Knock("proxy", name, "master"),
-                Knock("proxy", name, "none"),
-                Knock("proxy", name, "wrong"),
-                Knock("engine", name, "engine"),
-                Knock("engine", name, "none"),
+                Knock("proxy", name, "master", True),
+                Knock("proxy", name, "none", False),
+                Knock("proxy", name, "wrong", False),
+                Knock("engine", name, "engine", True),
+                Knock("engine", name, "none", False),
             ]
-        else:
-            out.append(Knock("engine", name, "none"))
+        else:  # no proxy: the engine has no key
+            out.append(Knock("engine", name, "none", True))
     return out
 
 

@@ -16,7 +16,7 @@ from deskside.probe.result import ProbeResult, clip, error_message, failed, pass
 from deskside.probe.target import STOPS_AFTER_REASONING_ENV, EngineTraits
 
 NAME = "stop-in-reasoning"
-MAX_TOKENS = 96
+MAX_TOKENS = 64
 QUESTION = "How many minutes are in a day? Think it through step by step, then answer."
 # a word: letters or digits, no markup that could touch the reasoning delimiters
 WORD = re.compile(r"[^\W_]{3,}")
@@ -106,7 +106,7 @@ def judge(stop: str, at: int, first: Said, status: int, body: object) -> ProbeRe
         return failed(
             NAME,
             f"{where} ended the answer inside the reasoning after {len(second.reasoning)} "
-            "characters, although the recipe asks stop strings to wait for its end",
+            "character(s), although the recipe asks stop strings to wait for its end",
         )
     return failed(
         NAME,

@@ -29,7 +29,7 @@ TOOL = {
         },
     },
 }
-MAX_TOKENS = 128
+MAX_TOKENS = 64
 CHOICES: tuple[Any, ...] = ("required", {"type": "function", "function": {"name": FUNCTION}})
 
 
@@ -44,8 +44,11 @@ def unconfigured(traits: EngineTraits) -> ProbeResult | None:
     return None
 
 
-def tool_body(model: str, tool_choice: Any) -> dict[str, Any]:
-    return {
+def tool_body(model: str, tool_choice: Any, reasoning: bool = False) -> dict[str, Any]:
+    """The forced request. With a reasoning parser the call is asked for without reasoning
+    (the chat templates' `thinking` / `enable_thinking` switches): vLLM forces the call only
+    once the reasoning has ended."""
+    body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
         "tools": [TOOL],
@@ -53,6 +56,9 @@ def tool_body(model: str, tool_choice: Any) -> dict[str, Any]:
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
     }
+    if reasoning:
+        body["chat_template_kwargs"] = {"thinking": False, "enable_thinking": False}
+    return body
 
 
 def choice_text(tool_choice: Any) -> str:
@@ -99,12 +105,13 @@ def judge(tool_choice: Any, status: int, body: object) -> ProbeResult:
     calls = message.get("tool_calls") or []
     finish = choice.get("finish_reason")
     if not calls:
-        cut = f", cut at max_tokens {MAX_TOKENS}" if finish == "length" else ""
-        return failed(
-            NAME,
-            f"{asked}: no tool call came back (finish_reason {finish}{cut}; content "
-            f"{clip(message.get('content') or '', 60)!r})",
+        why = (
+            f"the answer ran to max_tokens {MAX_TOKENS} before the call closed"
+            if finish == "length"
+            else f"finish_reason {finish}"
         )
+        text = message.get("content") or message.get("reasoning") or ""
+        return failed(NAME, f"{asked}: no tool call came back ({why}): {clip(text, 60)!r}")
     problems = [p for c in calls if (p := arguments_problem(c)) is not None]
     if problems:
         return failed(NAME, f"{asked}: " + "; ".join(problems[:2]))
