@@ -110,6 +110,33 @@ def test_the_proxy_is_the_only_door(cluster: dict[str, object], home: Path) -> N
     assert not [p for p in procs.all_procs() if key in p.cmdline or master in p.cmdline]
 
 
+def test_probe_passes_on_the_running_cluster(cluster: dict[str, object], home: Path) -> None:
+    """`deskside probe`: greedy output is batch invariant beside five running requests
+    (MTP speculative decoding on), every name answers at both doors with their keys only,
+    and a prompt filling max_model_len is served; no tool or reasoning parser here, so
+    those two checks are skipped with their reason."""
+    t0 = time.monotonic()
+    r = deskside(home, "probe", "local-tiny", "--json", timeout=300)
+    seconds = time.monotonic() - t0
+    assert "Traceback" not in r.stderr
+    found = {p["name"]: p for p in json.loads(r.stdout)}
+    assert list(found) == [
+        "batch-invariance",
+        "names-and-keys",
+        "tool-calls",
+        "stop-in-reasoning",
+        "long-context",
+    ], found
+    for name in ("batch-invariance", "names-and-keys", "long-context"):
+        assert found[name]["result"] == "PASS", found[name]
+    for name in ("tool-calls", "stop-in-reasoning"):
+        assert found[name]["result"] in ("PASS", "SKIPPED") and found[name]["detail"], found[name]
+    assert "5 running requests" in found["batch-invariance"]["detail"]
+    assert "max_model_len 4,096" in found["long-context"]["detail"]
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert seconds < 120, seconds
+
+
 def test_bench_two_node_mtp_cluster_matches_server_counters(
     cluster: dict[str, object], home: Path
 ) -> None:

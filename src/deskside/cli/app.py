@@ -21,6 +21,7 @@ from deskside.cli import (
     guard,
     monitor,
     plan,
+    probe,
     proxy,
     recipe,
     render,
@@ -58,6 +59,7 @@ app.command()(doctor.doctor)
 app.command()(guard.guard)
 app.command()(watch.watch)
 app.command()(diagnose.diagnose)
+app.command()(probe.probe)
 
 
 class Interrupted(BaseException):
