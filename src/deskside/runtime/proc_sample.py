@@ -2,14 +2,14 @@
 process's state letter and CPU time from /proc/PID/stat, its title from /proc/PID/cmdline,
 the node's clock and clock tick, and when the engine's log last grew.
 
-Which processes: for the process control, the tagged members of the engine's session
-(proven by the leader's start time and run tag, as `deskside.runtime.node_sh` does); for
+Which processes: for the process control, the members of the engine's session (its leader
+proven by start time and run tag, as `deskside.runtime.node_sh` does); for
 systemd, the processes in the cgroup of the unit's main process.
 """
 
 from __future__ import annotations
 
-from deskside.runtime.node_sh import _MEMBERS_SH, _PID_SH, _STAT_SH
+from deskside.runtime.node_sh import _PID_SH, _STAT_SH
 from deskside.survive.history import computes
 from deskside.survive.observe import ProcessSample
 
@@ -30,16 +30,34 @@ head_lines() {
 }
 """
 
+# Every live member of the session (not zombies), tagged or not: vLLM's setproctitle (`VLLM::Worker_TP1`)
+# overwrites the memory /proc/PID/environ reads, so its ranks no longer show the run's tag.
+# Reading is safe: the leader is proven (start time and tag), and no process can join
+# another's session from outside.
+_SESSION_SH = r"""
+session() {
+  for f in /proc/[0-9]*/stat; do
+    read -r st < "$f" 2>/dev/null || continue
+    rest=${st##*) }
+    set -- $rest
+    [ "$4" = "$sid" ] || continue
+    case $1 in Z|X) continue ;; esac
+    p=${f#/proc/}
+    echo "${p%/stat}"
+  done
+}
+"""
+
 SESSION_SAMPLE_SH = (
     "sid=$1; start=${2:-}; tag=${3:-}; log=${4:-}\n"
     + _PID_SH
     + _STAT_SH
-    + _MEMBERS_SH
+    + _SESSION_SH
     + _EMIT_SH
     + r"""
 head_lines
 if replaced; then exit 0; fi
-for p in $(members); do emit "$p"; done
+for p in $(session); do emit "$p"; done
 """
 )
 
