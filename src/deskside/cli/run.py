@@ -132,8 +132,10 @@ def down(
 
 
 def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag = False) -> None:
-    """Per node: role, pid, state, memory; the cluster READY / STARTING / DEGRADED / DOWN
-    with reasons; KV usage and requests from /metrics."""
+    """Per node: role, pid, state, memory; the cluster READY / STARTING / DEGRADED /
+    WEDGED / DOWN with reasons (WEDGED: requests run, no token comes, every process alive;
+    the suspected nodes named); KV usage and requests from /metrics; what `deskside watch`
+    last did. Exit 1 unless READY."""
     from deskside.report import print_status
     from deskside.runtime.records import find_run
     from deskside.runtime.select import runtime_of

@@ -3,7 +3,10 @@ engine are read through the node's Transport (this machine, a namespace, an SSH 
 API's health and metrics over HTTP. The same code serves every runtime.
 
 The cluster verdict: DOWN when no node runs, DEGRADED when some do (or the API stopped
-answering after it was ready), STARTING before the first readiness, READY otherwise.
+answering after it was ready), STARTING before the first readiness, READY otherwise; a READY
+cluster is then judged on the run's series of looks (`deskside.runtime.verdict`): WEDGED
+when requests run and no token comes while every process lives, DEGRADED when idle with a
+rank stopped.
 """
 
 from __future__ import annotations
