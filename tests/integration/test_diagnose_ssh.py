@@ -93,6 +93,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory, session_home: Path) -> Itera
             hf_cache=str(hf_cache),
             name=NAME,
         )
+        # the wedge test below: short limits, no recovery
+        data["survive"] = {"stall_seconds": 5, "stopped_seconds": 2, "interval": 1}
         recipes = base / "recipes"
         recipe = write_recipe(recipes, data)
         ensure_tiny_model(recipes)
@@ -226,3 +228,53 @@ def test_diagnose_bundles_both_nodes_without_secrets(setup: Setup) -> None:
         assert secret.encode() not in raw, secret
         assert secret not in r.stdout and secret not in r.stderr
     print(f"diagnose over two sshd hosts: {took:.1f} s, {len(files)} members, {len(raw)} bytes")
+
+
+# A stand-in for the head's API: healthy, one request running, the token counter still.
+METRICS_SH = r"""
+exec python3 -c '
+import http.server
+BODY = b"vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:generation_tokens_total 5\n"
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(BODY)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("$ADDR", 8888), H).serve_forever()'
+"""
+
+
+def test_status_over_ssh_names_the_stopped_processes_of_a_wedge(setup: Setup) -> None:
+    """`status` samples each node's engine session over SSH (state letters, CPU time, log
+    silence): with a request running, no token moving and a stopped process on each node,
+    the series of looks says WEDGED and names both nodes."""
+    from deskside.runtime.looks import looks_path
+    from deskside.runtime.status import status
+
+    run = setup.run.model_copy(update={"ready_at": "2026-01-01T00:00:01Z"})
+    head = run.nodes[0]
+    t = transport_for(head, run.known_hosts)
+    api = t.spawn(
+        ["sh", "-c", METRICS_SH.replace("$ADDR", head.address)],
+        log_path=f"{run.layout(head).logs}/api.log",
+    )
+    try:
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = status(run)
+            seen.append(st.cluster)
+            if st.cluster == "WEDGED":
+                break
+            time.sleep(0.5)
+        assert st.cluster == "WEDGED", (seen, st.reasons)
+        assert seen[0] == "READY"  # the first looks: not stalled long enough yet
+        assert st.suspects == ["node0", "node1"]
+        text = "\n".join(st.reasons)
+        for node, _pid in zip(("node0", "node1"), setup.pids, strict=True):
+            assert f"{node} (head)" in text or f"{node} (worker)" in text
+        assert "is stopped (state T)" in text and "sleep" in text
+        assert st.stalled_seconds is not None and st.stalled_seconds >= 2
+        assert looks_path(NAME).is_file()
+    finally:
+        t.run(["kill", str(api)])
+        looks_path(NAME).unlink(missing_ok=True)
