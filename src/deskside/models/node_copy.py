@@ -321,8 +321,9 @@ class Receiver:
                     conn, _ = server.accept()
                 except TimeoutError:
                     continue
+                # no SO_RCVBUF/SO_SNDBUF: setting one caps it at net.core.rmem_max/wmem_max
+                # (about 200 KiB by default) and turns the kernel's autotuning off
                 conn.settimeout(IDLE_SECONDS)
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
                 t = threading.Thread(target=self.serve, args=(conn,), daemon=True)
                 t.start()
                 threads.append(t)
@@ -386,7 +387,6 @@ def _connect(address: str, port: int) -> socket.socket:
         try:
             s = socket.create_connection((address, port), timeout=10)
             s.settimeout(IDLE_SECONDS)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             return s
         except OSError:
             if time.monotonic() > deadline:
