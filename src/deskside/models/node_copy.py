@@ -10,12 +10,15 @@ The copy is plain TCP over the fabric: the receiver listens on the worker's fabr
 on a port the kernel picks and writes it to a progress file; the sender opens several
 connections to it. Each connection first presents the token (compared in constant time;
 one wrong token closes it), then asks per file `FILE <blob>`; the receiver answers the
-offset it already holds (a partial file of an interrupted sync continues there), takes the
-rest (`sendfile` on the head: no copy through user space), hashes the whole file and, only
-when the sha256 is the manifest's (`OK`), writes `blobs/.<blob>.deskside-partial` to disk
-(fdatasync, beside the next file's transfer) and renames it to `blobs/<blob>`; else deletes
-it (`BAD`, sent again once). Then the snapshot's links are made as the
-hub makes them (`snapshots/<rev>/<path>` -> `../../blobs/<blob>`), each by rename.
+offset it already holds (a partial file of an interrupted sync continues there) and takes
+the rest (`sendfile` on the head: no copy through user space) into
+`blobs/.<blob>.deskside-partial`: each buffer is hashed as it arrives and written by the
+stream's writer thread (`Landing`, O_DIRECT where the file system takes it) while the next
+one arrives. When the sha256 of the whole file is the manifest's (`OK`), the file is
+fdatasynced (beside the next file's transfer) and renamed to `blobs/<blob>`; else deleted
+(`BAD`, sent again once). Then the snapshot's links are made as the hub makes them
+(`snapshots/<rev>/<path>` -> `../../blobs/<blob>`), each by rename, and the head's refs
+that name the revision.
 """
 
 from __future__ import annotations
