@@ -96,6 +96,7 @@ def test_sync_copies_the_snapshot_then_nothing(setup: Setup) -> None:
     snap = setup.snapshot(1)
     link = snap / "model-00001-of-00003.safetensors"
     assert link.is_symlink() and os.readlink(link).startswith("../../blobs/")
+    assert (snap.parent.parent / "refs" / "main").read_text() == REVISION  # as on the head
     assert _verify(setup)[0] == 0
     second = _sync(setup)
     assert second["ok"] and second["nodes"][0]["files"] == 0

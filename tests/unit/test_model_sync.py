@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -8,6 +9,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from deskside.models import node_copy
 from deskside.models.check import differences, model_fact, parse_model_fact
@@ -33,6 +36,7 @@ def _copy(head: dict[str, Any], head_snap: Path, worker_entry: str) -> dict[str,
     127.0.0.1."""
     state = node_copy.state({"entry": worker_entry, "revision": REVISION})
     plan = plan_copy(head, state)
+    refs = node_copy.state({"entry": _entry(head_snap), "revision": REVISION})["refs"]
     progress = os.path.join(worker_entry, ".deskside", "sync.progress")
     recv = node_copy.Receiver(
         {
@@ -42,6 +46,7 @@ def _copy(head: dict[str, Any], head_snap: Path, worker_entry: str) -> dict[str,
             "listen": "127.0.0.1",
             "need": plan.need,
             "files": head["files"],
+            "refs": refs,
             "progress": progress,
         }
     )
@@ -107,6 +112,8 @@ def test_copy_makes_the_hub_layout_then_copies_nothing_then_repairs(tmp_path: Pa
         assert "/blobs/" in os.readlink(link) and link.read_bytes() == data
     assert manifest_of(wsnap)[0]["files"] == head["files"]
     assert manifest_of(wsnap)[1] == 0  # the receiver recorded what it checked
+    assert (Path(worker_entry) / "refs" / "main").read_text() == REVISION  # as on the head
+    assert first["received"]["refs"] == 1 and first["received"]["errors"] == []
     second = _copy(head, head_snap, worker_entry)
     assert second["plan"].need == [] and second["plan"].skipped == 4
     flip_byte(Path(os.path.realpath(wsnap / "model-1.safetensors")), 7)
@@ -130,6 +137,51 @@ def test_a_partial_file_continues_and_a_wrong_one_is_sent_again(tmp_path: Path) 
     assert got["received"]["bad"] == [sha2] and got["received"]["missing"] == []
     assert (blobs / sha1).read_bytes() == data1 and (blobs / sha2).read_bytes() == data2
     assert not list(blobs.glob(".*partial"))
+
+
+def test_writes_land_whole_with_and_without_o_direct(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole blocks go with O_DIRECT (where the file system takes it), a file's odd end and
+    an odd starting offset without; the bytes are the same either way."""
+    data = os.urandom(2 * node_copy.CHUNK + 5000)
+    for direct in (node_copy.DIRECT, 0):
+        monkeypatch.setattr(node_copy, "DIRECT", direct)
+        for start in (0, 4096, 777):
+            path = tmp_path / f"f-{direct}-{start}"
+            path.write_bytes(data[:start])
+            fd = os.open(path, os.O_RDWR)
+            node_copy._go_direct(fd)
+            land = node_copy.Landing()
+            pos = start
+            while pos < len(data):
+                buf = land.buffer()
+                n = min(node_copy.CHUNK, len(data) - pos)
+                buf[:n] = data[pos : pos + n]
+                land.write(fd, buf, n, pos)
+                pos += n
+            land.drain()
+            land.close()
+            os.close(fd)
+            assert path.read_bytes() == data, (direct, start)
+
+
+def test_a_disk_error_on_arrival_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, view: memoryview, pos: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(node_copy, "put", full)
+    monkeypatch.setattr(node_copy, "IDLE_SECONDS", 2.0)
+    head_snap = make_entry(tmp_path / "head", {"model.safetensors": os.urandom(100_000)})
+    head, _ = manifest_of(head_snap)
+    got = _copy(head, head_snap, str(tmp_path / "w" / "hub" / "models--org--tiny-model"))
+    assert got["received"]["missing"] and got["sent"]["failed"]
+    assert any(
+        e.startswith("model.safetensors: ") and "No space left" in e
+        for e in got["received"]["errors"]
+    ), got["received"]
 
 
 def test_a_wrong_token_is_refused(tmp_path: Path) -> None:

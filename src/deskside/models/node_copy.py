@@ -10,20 +10,26 @@ The copy is plain TCP over the fabric: the receiver listens on the worker's fabr
 on a port the kernel picks and writes it to a progress file; the sender opens several
 connections to it. Each connection first presents the token (compared in constant time;
 one wrong token closes it), then asks per file `FILE <blob>`; the receiver answers the
-offset it already holds (a partial file of an interrupted sync continues there), takes the
-rest (`sendfile` on the head: no copy through user space), hashes the whole file and, only
-when the sha256 is the manifest's (`OK`), writes `blobs/.<blob>.deskside-partial` to disk
-(fdatasync, beside the next file's transfer) and renames it to `blobs/<blob>`; else deletes
-it (`BAD`, sent again once). Then the snapshot's links are made as the
-hub makes them (`snapshots/<rev>/<path>` -> `../../blobs/<blob>`), each by rename.
+offset it already holds (a partial file of an interrupted sync continues there) and takes
+the rest (`sendfile` on the head: no copy through user space) into
+`blobs/.<blob>.deskside-partial`: each buffer is hashed as it arrives and written by the
+stream's writer thread (`Landing`, O_DIRECT where the file system takes it) while the next
+one arrives. When the sha256 of the whole file is the manifest's (`OK`), the file is
+fdatasynced (beside the next file's transfer) and renamed to `blobs/<blob>`; else deleted
+(`BAD`, sent again once). Then the snapshot's links are made as the hub makes them
+(`snapshots/<rev>/<path>` -> `../../blobs/<blob>`), each by rename, and the head's refs
+that name the revision.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import hmac
 import json
+import mmap
 import os
 import queue
 import re
@@ -40,27 +46,32 @@ from deskside.models.node_files import (
     read_record,
     record_path,
     recorded,
+    refs_to,
+    safe_path,
     scan,
     write_record,
+    write_refs,
 )
 
 BLOB = re.compile(r"[A-Za-z0-9._-]{1,128}")
 PARTIAL = ".{}.deskside-partial"
 IDLE_SECONDS = 120.0
 CONNECT_SECONDS = 30.0
-
-
-def _safe_path(path: str) -> bool:
-    parts = path.split("/")
-    return not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+# O_DIRECT: the data goes from the receive buffer to the disk, never through the page cache
+# (0: every write buffered, as on a file system that refuses O_DIRECT)
+DIRECT = getattr(os, "O_DIRECT", 0)
+ALIGN = 4096  # O_DIRECT offsets and lengths in whole blocks (4 KiB covers 512-byte disks)
+BUFFERS = 3  # per stream: one arriving and being hashed, two on their way to the disk
 
 
 def state(cfg: dict[str, Any]) -> dict[str, Any]:
     """The node's snapshot of the revision (hashes from the record where it still holds,
-    else hashed now), partial files of an interrupted sync, and free disk."""
+    else hashed now), partial files of an interrupted sync, free disk, and the refs
+    (branches) that name the revision."""
     entry, revision = cfg["entry"], cfg["revision"]
     snap = os.path.join(entry, "snapshots", revision)
     out: dict[str, Any] = {"free_bytes": free_bytes(entry), "partials": {}}
+    out["refs"] = refs_to(entry, revision)
     blobs = os.path.join(entry, "blobs")
     if os.path.isdir(blobs):
         for name in os.listdir(blobs):
@@ -82,6 +93,100 @@ def state(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _write(fd: int, view: memoryview, pos: int) -> None:
+    while len(view):
+        n = os.pwrite(fd, view, pos)
+        view, pos = view[n:], pos + n
+
+
+def put(fd: int, view: memoryview, pos: int) -> None:
+    """Write `view` at `pos`. An O_DIRECT file goes on without it from the first piece that
+    is not in whole blocks (a file's end, a partial file of odd length) or that the file
+    system refuses; buffered writes start their writeback at once and drop what is written
+    (the page cache stays small, and the final fdatasync has little left to do)."""
+    if DIRECT and fcntl.fcntl(fd, fcntl.F_GETFL) & DIRECT:
+        whole = 0 if pos % ALIGN else len(view) - len(view) % ALIGN
+        try:
+            if whole:
+                _write(fd, view[:whole], pos)
+                view, pos = view[whole:], pos + whole
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+        if not len(view):
+            return
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~DIRECT)
+    _write(fd, view, pos)
+    os.posix_fadvise(fd, pos, len(view), os.POSIX_FADV_DONTNEED)  # starts the writeback
+    if pos > 2 * CHUNK:
+        os.posix_fadvise(fd, 0, pos - 2 * CHUNK, os.POSIX_FADV_DONTNEED)
+
+
+class Landing:
+    """One stream's writes, in a thread of its own: the disk works while the next buffer
+    arrives and is hashed. Buffers are page-aligned (mmap), as O_DIRECT needs."""
+
+    def __init__(self) -> None:
+        self.free: queue.Queue[mmap.mmap] = queue.Queue()
+        for _ in range(BUFFERS):
+            self.free.put(mmap.mmap(-1, CHUNK))
+        self.todo: queue.Queue[tuple[int, mmap.mmap, int, int] | threading.Event | None]
+        self.todo = queue.Queue()
+        self.error: OSError | None = None
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while (item := self.todo.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            fd, buf, n, pos = item
+            try:
+                if n and self.error is None:
+                    put(fd, memoryview(buf)[:n], pos)
+            except OSError as exc:
+                self.error = exc
+            finally:
+                self.free.put(buf)
+
+    def buffer(self) -> mmap.mmap:
+        if self.error is not None:
+            raise self.error
+        return self.free.get()
+
+    def write(self, fd: int, buf: mmap.mmap, n: int, pos: int) -> None:
+        self.todo.put((fd, buf, n, pos))
+
+    def drain(self) -> None:
+        """Wait until every write handed over is done; its error, if one failed."""
+        done = threading.Event()
+        self.todo.put(done)
+        done.wait()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def close(self) -> None:
+        self.todo.put(None)
+
+
+def _go_direct(fd: int) -> None:
+    """O_DIRECT from here on, where the file system takes it."""
+    if DIRECT:
+        with contextlib.suppress(OSError):  # a file system without O_DIRECT: buffered
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | DIRECT)
+
+
+def _fill(rf: Any, view: memoryview) -> int:
+    got = 0
+    while got < len(view):
+        n = rf.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
 class Receiver:
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
@@ -89,8 +194,10 @@ class Receiver:
         self.blobs = os.path.join(self.entry, "blobs")
         self.token = cfg["token"].encode()
         self.need = {n["blob"]: (n["size"], n["sha256"]) for n in cfg["need"]}
+        self.paths = {f["blob"]: f["path"] for f in cfg["files"] if "blob" in f}
         self.done: set[str] = set()
         self.bad: list[str] = []
+        self.errors: list[str] = []
         self.received = 0
         self.lock = threading.Lock()
         self.last = time.monotonic()
@@ -117,7 +224,7 @@ class Receiver:
             pos += n
         return pos
 
-    def _one(self, conn: socket.socket, rf: Any, blob: str) -> bool:
+    def _one(self, conn: socket.socket, rf: Any, land: Landing, blob: str) -> bool:
         size, sha = self.need[blob]
         partial = os.path.join(self.blobs, PARTIAL.format(blob))
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -125,22 +232,24 @@ class Receiver:
         handed = False
         try:
             h = hashlib.sha256()
-            offset = self._prefix(fd, size, h)
-            os.lseek(fd, offset, os.SEEK_SET)
-            conn.sendall(b"%d\n" % offset)
-            left = size - offset
-            buf = bytearray(CHUNK)
-            view = memoryview(buf)
-            while left > 0:
-                n = rf.readinto(view[: min(CHUNK, left)])
-                if not n:
-                    return False  # the sender went away: the partial file stays to go on
-                h.update(view[:n])
-                os.write(fd, view[:n])
-                left -= n
-                with self.lock:
-                    self.received += n
-                self.last = time.monotonic()
+            pos = self._prefix(fd, size, h)
+            _go_direct(fd)
+            conn.sendall(b"%d\n" % pos)
+            try:
+                while pos < size:
+                    buf = land.buffer()
+                    want = min(CHUNK, size - pos)
+                    n = _fill(rf, memoryview(buf)[:want])
+                    h.update(memoryview(buf)[:n])
+                    land.write(fd, buf, n, pos)
+                    pos += n
+                    with self.lock:
+                        self.received += n
+                    self.last = time.monotonic()
+                    if n < want:
+                        return False  # the sender went away: the partial file stays to go on
+            finally:
+                land.drain()  # every write done before the file is closed or judged
             if h.hexdigest() != sha:
                 os.unlink(partial)
                 conn.sendall(b"BAD\n")
@@ -166,19 +275,29 @@ class Receiver:
             self.done.add(blob)
 
     def serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rb", buffering=1 << 20) as rf:
+        with conn, conn.makefile("rb") as rf:
             if not hmac.compare_digest(self._line(rf).strip(), self.token):
                 return
-            while True:
-                line = self._line(rf).split()
-                if len(line) != 2 or line[0] != b"FILE":
-                    return
-                blob = line[1].decode(errors="replace")
-                if blob not in self.need or not BLOB.fullmatch(blob):
-                    conn.sendall(b"NO\n")
-                    continue
-                if not self._one(conn, rf, blob):
-                    return
+            land = Landing()
+            blob = ""
+            try:
+                while True:
+                    line = self._line(rf).split()
+                    if len(line) != 2 or line[0] != b"FILE":
+                        return
+                    blob = line[1].decode(errors="replace")
+                    if blob not in self.need or not BLOB.fullmatch(blob):
+                        conn.sendall(b"NO\n")
+                        continue
+                    if not self._one(conn, rf, land, blob):
+                        return
+            except (ConnectionError, TimeoutError):
+                return  # the sender's side says what happened
+            except OSError as exc:  # the disk (full?): said in the answer
+                with self.lock:
+                    self.errors.append(f"{self.paths.get(blob, blob)}: {exc}")
+            finally:
+                land.close()
 
     def progress(self, path: str, port: int) -> None:
         tmp = path + ".tmp"
@@ -205,8 +324,9 @@ class Receiver:
                     conn, _ = server.accept()
                 except TimeoutError:
                     continue
+                # no SO_RCVBUF/SO_SNDBUF: setting one caps it at net.core.rmem_max/wmem_max
+                # (about 200 KiB by default) and turns the kernel's autotuning off
                 conn.settimeout(IDLE_SECONDS)
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
                 t = threading.Thread(target=self.serve, args=(conn,), daemon=True)
                 t.start()
                 threads.append(t)
@@ -214,7 +334,11 @@ class Receiver:
             server.close()
         for t in threads:
             t.join(timeout=5)
-        links = self.link() if len(self.done) == len(self.need) else 0
+        links = refs = 0
+        if len(self.done) == len(self.need):
+            links = self.link()
+            refs, failed = write_refs(self.entry, self.cfg["revision"], self.cfg.get("refs", []))
+            self.errors += failed
         with contextlib.suppress(OSError):
             os.unlink(self.cfg["progress"])
         return {
@@ -222,7 +346,9 @@ class Receiver:
             "files": len(self.done),
             "missing": sorted(set(self.need) - self.done),
             "bad": self.bad,
+            "errors": self.errors[-5:],
             "links": links,
+            "refs": refs,
         }
 
     def link(self) -> int:
@@ -232,7 +358,7 @@ class Receiver:
         made = 0
         for f in self.cfg["files"]:
             path, blob = f["path"], f["blob"]
-            if not _safe_path(path) or not BLOB.fullmatch(blob):
+            if not safe_path(path) or not BLOB.fullmatch(blob):
                 continue
             where = os.path.join(snap, *path.split("/"))
             os.makedirs(os.path.dirname(where), exist_ok=True)
@@ -264,7 +390,6 @@ def _connect(address: str, port: int) -> socket.socket:
         try:
             s = socket.create_connection((address, port), timeout=10)
             s.settimeout(IDLE_SECONDS)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
             return s
         except OSError:
             if time.monotonic() > deadline:
@@ -308,6 +433,8 @@ def send(cfg: dict[str, Any]) -> dict[str, Any]:
                     with lock:
                         sent[0] += item["size"] - offset
                     verdict = rf.readline(16).strip()
+                    if not verdict:
+                        raise OSError(f"{item['path']}: the receiver closed the connection")
                 except OSError as exc:
                     todo.put((tries, item))  # another stream takes it (it goes on from there)
                     with lock:

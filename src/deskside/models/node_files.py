@@ -7,7 +7,8 @@ own Python.
 A snapshot of the Hugging Face cache is `<entry>/snapshots/<revision>/<path>`, each file a
 relative link to `<entry>/blobs/<blob>`. `scan` lists it: a regular file, or a link whose
 target (however many links it passes) is a file in the entry's own `blobs/`. A link leading
-anywhere else is *foreign* (named, never read); a link to nothing is *dangling*.
+anywhere else is *foreign* (named, never read); a link to nothing is *dangling*. The hub
+also keeps `<entry>/refs/<branch>`, a file holding the commit the branch was at.
 
 Hashing is what costs (150 GB at about 1 GB/s per core), so each hash is kept in a *record*
 beside the entry (`<entry>/.deskside/<revision>.json`), keyed by the file's size, mtime,
@@ -18,7 +19,6 @@ full `verify` hashes everything regardless and rewrites the record.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -200,6 +200,8 @@ def hash_files(
             with lock:
                 progress(n)
 
+    import concurrent.futures  # here: it costs a node program's start ~0.1 s of imports
+
     count = workers or min(4, os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, count)) as pool:
         # biggest first: the last file to finish is a small one
@@ -247,6 +249,47 @@ def folder_manifest(
     if rec_path is not None and (hashed or not os.path.exists(rec_path)):
         write_record(rec_path, {f.path: (f.key, hashes[f.path]) for f in found.files})
     return manifest_dict(found.files, hashes, repo, revision), found, hashed
+
+
+def safe_path(path: str) -> bool:
+    parts = path.split("/")
+    return not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+
+
+def refs_to(entry: str, revision: str) -> list[str]:
+    """The hub's `refs/<name>` files (a branch, `pr/1`) that hold `revision`."""
+    top = os.path.join(entry, "refs")
+    names = []
+    for dirpath, _, files in os.walk(top):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                if not os.path.islink(path):
+                    with open(path, encoding="ascii") as f:
+                        if f.read(100).strip() == revision:
+                            names.append(os.path.relpath(path, top).replace(os.sep, "/"))
+    return sorted(names)
+
+
+def write_refs(entry: str, revision: str, names: list[str]) -> tuple[int, list[str]]:
+    """`refs/<name>` holding `revision`, as the hub writes it (no newline), each by rename;
+    how many were written, and the ones that could not be."""
+    have = set(refs_to(entry, revision))
+    made, failed = 0, []
+    for name in names:
+        if not safe_path(name) or name in have:
+            continue
+        path = os.path.join(entry, "refs", *name.split("/"))
+        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.deskside-ref")
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write(revision)
+            os.replace(tmp, path)
+            made += 1
+        except OSError as exc:
+            failed.append(f"refs/{name}: {exc}")
+    return made, failed
 
 
 def free_bytes(path: str) -> int:

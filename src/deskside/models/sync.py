@@ -153,6 +153,7 @@ class Sync:
     progress: Progress | None = None
     streams: int = STREAMS
     full: bool = False  # hash every file on the workers, whatever their records say
+    head_refs: list[str] = field(default_factory=list, init=False)  # branches at the revision
 
     @property
     def python(self) -> str:
@@ -185,6 +186,7 @@ class Sync:
                 hint="download the revision again on the head (deskside model pull RECIPE)",
             )
         manifest: dict[str, Any] = got["manifest"]
+        self.head_refs = got.get("refs", [])
         return manifest
 
     def worker_state(self, node: Node) -> dict[str, Any]:
@@ -264,6 +266,7 @@ class Sync:
                 {"blob": f["blob"], "size": f["size"], "sha256": f["sha256"]} for f in plan.need
             ],
             "files": head["files"],
+            "refs": self.head_refs,
             "progress": progress_file,
         }
         answer: dict[str, Any] = {}
@@ -301,6 +304,7 @@ class Sync:
         out.problems += [e.message for e in failure]
         out.problems += sent.get("failed", [])
         if answer:
+            out.problems += [f"on arrival: {e}" for e in answer.get("errors", [])]
             out.files = answer["files"]
             out.bytes = answer["received_bytes"]
             if answer["missing"]:
@@ -318,8 +322,18 @@ class Sync:
             failure.append(exc)
             return {}
 
-    def _read_progress(self, t: Transport, path: str) -> dict[str, int]:
-        r = t.run(["cat", "--", path], timeout=30)
+    def _read_progress(self, t: Transport, path: str, wait: float = 0.0) -> dict[str, int]:
+        """The receiver's progress file; with `wait`, one command on the node that returns
+        as soon as the file is there (or after `wait` seconds): a round trip, not a poll."""
+        if wait:
+            script = (
+                'i=0; while [ ! -s "$1" ] && [ "$i" -lt "$2" ]; do sleep 0.02; i=$((i+1)); '
+                'done; cat -- "$1" 2>/dev/null; true'
+            )
+            argv = ["sh", "-c", script, "sh", path, str(int(wait / 0.02))]
+        else:
+            argv = ["cat", "--", path]
+        r = t.run(argv, timeout=30 + wait)
         values = {}
         for line in r.stdout.splitlines():
             k, _, v = line.partition("=")
@@ -330,10 +344,9 @@ class Sync:
     def _wait_port(self, t: Transport, path: str, receiver: threading.Thread) -> int | None:
         deadline = time.monotonic() + 60
         while receiver.is_alive() and time.monotonic() < deadline:
-            port = self._read_progress(t, path).get("port")
+            port = self._read_progress(t, path, wait=5.0).get("port")
             if port:
                 return port
-            time.sleep(0.05)
         return None
 
     def _report(self, node: str, t: Transport, path: str, total: int) -> None:
