@@ -7,6 +7,7 @@ and the pure parts: fact parsing, checks, pruning, and the SSH transport's comma
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -298,6 +299,43 @@ def test_proxy_key_file_checks(mode: str) -> None:
         assert "belongs to uid 1000, not to the user deskside logs in as (uid 0)" in messages
     else:
         assert "missing or unreadable" in messages
+
+
+def test_a_rank_whose_title_hid_the_tag_is_signalled_with_its_session(tmp_path: Path) -> None:
+    """vLLM's ranks set their process title over their environment (setproctitle: all NUL
+    bytes), so their tag cannot be read: they count as the run's through their parent in
+    the session. A stopped one is continued, so it takes its SIGTERM. A member with a
+    readable environment without the tag is still left alone."""
+    titled = (
+        f"{sys.executable} -c 'import setproctitle, time; "
+        'setproctitle.setproctitle("VLLM::Worker_TP1"); time.sleep(60)\' & '
+        "env -u DESKSIDE_RUN sleep 60 & exec sleep 60"
+    )
+    log = tmp_path / "log"
+    tag = "r/n/1/engine"
+    pid = LOCAL.spawn(["sh", "-c", titled], env={"DESKSIDE_RUN": tag}, log_path=str(log))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        names = [p.cmdline for p in procs.session_members(pid)]
+        if any(n.startswith("VLLM::Worker_TP1") for n in names):
+            break
+        time.sleep(0.1)
+    members = procs.session_members(pid)
+    rank = next(p.pid for p in members if p.cmdline.startswith("VLLM::Worker_TP1"))
+    untagged = next(p.pid for p in members if p.pid not in (pid, rank))
+    assert not Path(f"/proc/{rank}/environ").read_bytes().strip(b"\0")  # the title's doing
+    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    try:
+        os.kill(rank, signal.SIGSTOP)
+        r = LOCAL.run(node_sh.session_stats(pid, start, tag))
+        assert node_sh.parse_session_stats(r.stdout)[0] == 2  # the leader and the rank
+        assert LOCAL.run(node_sh.stop_session(pid, 5, start, tag)).ok
+        procs.reap(pid)
+        assert [p.pid for p in procs.session_members(pid)] == [untagged]
+    finally:
+        for p in procs.session_members(pid):
+            os.kill(p.pid, 9)  # the test's own processes
+        procs.reap(pid)
 
 
 def test_only_processes_carrying_the_run_tag_are_signalled(tmp_path: Path) -> None:

@@ -37,10 +37,26 @@ replaced() {
   fi
   ! tagged "$sid"
 }
-# process $1 carries the run's tag in its environment (no tag recorded: every process does)
+# process $1 carries the run's tag in its environment (no tag recorded: every process does).
+# A process title set over the environment (setproctitle writes NUL bytes over it, as vLLM
+# does for `VLLM::Worker_TP1`) leaves nothing to read: such a process counts when its parent,
+# in the same session, does; one with a readable environment without the tag never does.
 tagged() {
   [ -n "$tag" ] || return 0
-  tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "DESKSIDE_RUN=$tag"
+  _tq=$1; _tn=0
+  while [ "$_tn" -lt 16 ]; do
+    if tr '\0' '\n' < "/proc/$_tq/environ" 2>/dev/null | grep -qxF "DESKSIDE_RUN=$tag"; then
+      return 0
+    fi
+    [ -r "/proc/$_tq/environ" ] || return 1
+    [ -z "$(tr -d '\0' < "/proc/$_tq/environ" 2>/dev/null | head -c 1)" ] || return 1
+    read -r _tst < "/proc/$_tq/stat" 2>/dev/null || return 1
+    _trest=${_tst##*) }
+    set -- $_trest
+    [ "$4" = "$sid" ] || return 1
+    _tq=$2; _tn=$((_tn + 1))
+  done
+  return 1
 }
 """
 
@@ -72,23 +88,38 @@ if replaced; then
   echo "pid $sid is not the process deskside started (start time or tag): left alone" >&2
   exit 0
 fi
-signal_all() { for p in $(members); do kill "-$1" "$p" 2>/dev/null; done; }
-[ -n "$(members)" ] || exit 0
+# The members as they are now, each with its start time: once the leader exits, a rank whose
+# tag only its parent proved is reparented out of that proof, yet stays this engine's.
+snap=$(for p in $(members); do
+  stat_fields "$p" || continue; set -- $rest; echo "$p:${20}"
+done)
+[ -n "$snap" ] || exit 0
+# the snapshot's processes still alive with the same start time, and the members now
+left() {
+  for e in $snap; do
+    stat_fields "${e%%:*}" || continue
+    set -- $rest
+    case $1 in Z|X) continue ;; esac
+    [ "${20}" = "${e#*:}" ] && echo "${e%%:*}"
+  done
+  members
+}
+signal_all() { for p in $(left | sort -u); do kill "-$1" "$p" 2>/dev/null; done; }
 signal_all TERM
 # a process stopped by a signal or a debugger takes SIGTERM only once continued
 signal_all CONT
 i=0; ticks=$((grace * 5))
 while [ "$i" -lt "$ticks" ]; do
-  [ -n "$(members)" ] || exit 0
+  [ -n "$(left)" ] || exit 0
   sleep 0.2; i=$((i + 1))
 done
 signal_all KILL
 i=0
 while [ "$i" -lt 50 ]; do
-  [ -n "$(members)" ] || exit 0
+  [ -n "$(left)" ] || exit 0
   sleep 0.1; i=$((i + 1))
 done
-echo "session $sid still has processes: $(members | tr '\n' ' ')" >&2
+echo "session $sid still has processes: $(left | sort -u | tr '\n' ' ')" >&2
 exit 1
 """
 )
