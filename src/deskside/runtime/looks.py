@@ -19,13 +19,12 @@ from deskside.home import runs_dir
 from deskside.recipe.survive import Survive
 from deskside.runtime.control import Control
 from deskside.runtime.proc_sample import cgroup_sample, parse_sample, session_sample
-from deskside.runtime.records import NodeState, RunNode, RunRecord
+from deskside.runtime.records import LOOKS_FILE, NodeState, RunNode, RunRecord
 from deskside.survive.classify import Verdict, classify
 from deskside.survive.history import Look, observations, series
 from deskside.survive.observe import EngineSample, ProcessSample, Thresholds
 from deskside.transport.base import Transport
 
-LOOKS_FILE = "looks.jsonl"
 MAX_LOOKS_BYTES = 8 << 20  # past this the series is cut to its newer half
 
 

@@ -30,8 +30,9 @@ head_lines() {
 }
 """
 
-# Every live member of the session (not zombies), tagged or not: vLLM's setproctitle (`VLLM::Worker_TP1`)
-# overwrites the memory /proc/PID/environ reads, so its ranks no longer show the run's tag.
+# Every live member of the session (not zombies), tagged or not: vLLM's setproctitle
+# (`VLLM::Worker_TP1`) overwrites the memory /proc/PID/environ reads, so its ranks no longer
+# show the run's tag.
 # Reading is safe: the leader is proven (start time and tag), and no process can join
 # another's session from outside.
 _SESSION_SH = r"""

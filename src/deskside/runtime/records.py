@@ -258,8 +258,13 @@ def save_run(run: RunRecord) -> None:
     LocalTransport().put(run.model_dump_json(indent=2).encode(), str(run_file(run.recipe_name)))
 
 
+LOOKS_FILE = "looks.jsonl"  # the run's series of looks (deskside.runtime.looks)
+
+
 def remove_run(recipe_name: str) -> None:
+    """The run's record and its series of looks (diagnostic bundles stay)."""
     run_file(recipe_name).unlink(missing_ok=True)
+    (runs_dir() / recipe_name / LOOKS_FILE).unlink(missing_ok=True)
 
 
 def run_names() -> list[str]:
