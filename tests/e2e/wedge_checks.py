@@ -5,13 +5,12 @@ the e2e test and by hand runs against another home."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import tarfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,26 +30,31 @@ def worker_pid(st: dict[str, Any]) -> int:
     return int(next(n["pid"] for n in st["nodes"] if n["role"] == "worker"))
 
 
-def in_flight(url: str, key: str, max_tokens: int = 1000) -> threading.Thread:
-    """A long completion in the background (its result does not matter)."""
+REQUEST = """
+import httpx, sys
+body = {"model": "tiny", "prompt": "hello", "max_tokens": 3000, "ignore_eos": True,
+        "stream": True}
+headers = {"Authorization": "Bearer " + sys.stdin.read().strip()}
+with httpx.stream("POST", sys.argv[1] + "/v1/completions", json=body, headers=headers,
+                  timeout=600) as r:
+    for _ in r.iter_bytes():
+        pass
+"""
 
-    def post() -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.post(
-                f"{url}/v1/completions",
-                headers={"Authorization": f"Bearer {key}"},
-                json={
-                    "model": "tiny",
-                    "prompt": "hello",
-                    "max_tokens": max_tokens,
-                    "ignore_eos": True,
-                },
-                timeout=400,
-            )
 
-    t = threading.Thread(target=post, daemon=True)
-    t.start()
-    return t
+def in_flight(url: str, key: str) -> subprocess.Popen[bytes]:
+    """A long streamed completion in a child process: killing it closes the connection, and
+    vLLM aborts the request."""
+    p = subprocess.Popen([sys.executable, "-c", REQUEST, url], stdin=subprocess.PIPE)
+    assert p.stdin is not None
+    p.stdin.write(key.encode())
+    p.stdin.close()
+    return p
+
+
+def cancel(request: subprocess.Popen[bytes]) -> None:
+    request.kill()
+    request.wait()
 
 
 def running(deskside: Deskside, deadline: float) -> None:
@@ -76,13 +80,14 @@ def until(
     raise AssertionError(json.dumps(seen, indent=1)[:4000])
 
 
-def freeze(deskside: Deskside, url: str, key: str) -> tuple[int, float]:
-    """A request in flight, then the worker's session stopped; (its pid, when)."""
+def freeze(deskside: Deskside, url: str, key: str) -> tuple[int, float, subprocess.Popen[bytes]]:
+    """A request in flight, then the worker's session stopped; (its pid, when, the
+    request)."""
     pid = worker_pid(status(deskside))
-    in_flight(url, key)
+    request = in_flight(url, key)
     running(deskside, time.monotonic() + 60)
     os.killpg(pid, signal.SIGSTOP)
-    return pid, time.monotonic()
+    return pid, time.monotonic(), request
 
 
 def check_wedge_and_recovery(
@@ -90,10 +95,11 @@ def check_wedge_and_recovery(
 ) -> dict[str, float]:
     timings: dict[str, float] = {}
     # 1. frozen worker with a request in flight: WEDGED within 60 s, the worker named
-    pid, t0 = freeze(deskside, url, key)
+    pid, t0, request = freeze(deskside, url, key)
     try:
         st = until(deskside, lambda s: s["cluster"] == "WEDGED", 60)
         timings["wedged_after_s"] = time.monotonic() - t0
+        wedged_at = time.time()
         assert st["suspects"] == ["node1"], st
         text = "\n".join(st["reasons"])
         assert text.startswith("wedged: no token generated") and "node1 (worker)" in text, text
@@ -120,7 +126,9 @@ def check_wedge_and_recovery(
             300,
         )
         timings["ready_again_after_s"] = time.monotonic() - t0
+        timings["restart_decided_after_wedged_s"] = st["recovery"]["restarts"][0]["at"] - wedged_at
     finally:
+        cancel(request)
         if _alive(pid):
             os.killpg(pid, signal.SIGCONT)
     rec = st["recovery"]
@@ -136,7 +144,7 @@ def check_wedge_and_recovery(
     )
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
     # 4. a second wedge within the hour: reported, never restarted again
-    pid, t0 = freeze(deskside, url, key)
+    pid, t0, request = freeze(deskside, url, key)
     try:
         until(deskside, lambda s: s["cluster"] == "WEDGED", 60)
         # past wedged_for the watcher decides: the budget is spent, so no restart
@@ -149,8 +157,9 @@ def check_wedge_and_recovery(
         assert st["recovery"]["restarts_in_period"] == 1 and worker_pid(st) == pid, st
     finally:
         os.killpg(pid, signal.SIGCONT)
-    # resumed: the frozen request finishes and the cluster is READY and idle by itself
-    until(deskside, lambda s: s["cluster"] == "READY" and not s.get("requests_running"), 180)
+        cancel(request)
+    # resumed, the request cancelled: READY and idle again by itself
+    until(deskside, lambda s: s["cluster"] == "READY" and not s.get("requests_running"), 120)
     return timings
 
 

@@ -47,7 +47,7 @@ def watch(
 
         def say(msg: str) -> None:
             if not as_json:
-                err.print(shown(msg), highlight=False)
+                err.print(f"{time.strftime('%H:%M:%S')} {shown(msg)}", highlight=False)
 
         w = Watch(name, known_hosts, say)
         while not stopping:
@@ -58,7 +58,8 @@ def watch(
             if as_json:
                 emit_json(record.model_dump(mode="json"), indent=None)
             elif [record.state, _gist(record.decision)] != last:
-                out.print(f"{shown(record.state)} {shown(name)}", highlight=False)
+                when = time.strftime("%H:%M:%S")
+                out.print(f"{when} {shown(record.state)} {shown(name)}", highlight=False)
                 for reason in [*record.reasons, record.decision]:
                     if reason:
                         out.print(f"- {shown(reason)}", highlight=False)
