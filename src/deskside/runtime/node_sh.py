@@ -38,9 +38,10 @@ replaced() {
   ! tagged "$sid"
 }
 # process $1 carries the run's tag in its environment (no tag recorded: every process does).
-# A process title set over the environment (setproctitle writes NUL bytes over it, as vLLM
-# does for `VLLM::Worker_TP1`) leaves nothing to read: such a process counts when its parent,
-# in the same session, does; one with a readable environment without the tag never does.
+# A process title set over the environment (setproctitle writes NUL bytes over its start, as
+# vLLM does for `VLLM::Worker_TP1`; an environment never starts with one) hides the tag:
+# such a process counts when its parent, in the same session, does; one whose environment
+# reads normally without the tag never does.
 tagged() {
   [ -n "$tag" ] || return 0
   _tq=$1; _tn=0
@@ -49,7 +50,7 @@ tagged() {
       return 0
     fi
     [ -r "/proc/$_tq/environ" ] || return 1
-    [ -z "$(tr -d '\0' < "/proc/$_tq/environ" 2>/dev/null | head -c 1)" ] || return 1
+    [ -z "$(head -c 1 "/proc/$_tq/environ" 2>/dev/null | tr -d '\0')" ] || return 1
     read -r _tst < "/proc/$_tq/stat" 2>/dev/null || return 1
     _trest=${_tst##*) }
     set -- $_trest
