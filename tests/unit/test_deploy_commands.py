@@ -338,6 +338,56 @@ def test_a_rank_whose_title_hid_the_tag_is_signalled_with_its_session(tmp_path: 
         procs.reap(pid)
 
 
+# A child that writes NUL bytes over the start of its own environment, up to the end of the
+# run's tag, and keeps the rest: what vLLM's rank processes show after their title change.
+CLOBBER = """
+import os, sys, time
+stat = open("/proc/self/stat").read()
+fields = stat[stat.rindex(")") + 2 :].split()
+env_start, env_end = int(fields[47]), int(fields[48])  # proc(5) fields 50 and 51
+env = open("/proc/self/environ", "rb").read()
+cut = env.index(b"DESKSIDE_RUN=")
+cut = env.index(b"\\0", cut) + 1
+with open("/proc/self/mem", "r+b") as mem:
+    mem.seek(env_start)
+    mem.write(b"\\0" * cut)
+print("clobbered", cut, "of", len(env), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_rank_whose_title_clobbered_the_start_of_its_environment(tmp_path: Path) -> None:
+    """The tag overwritten, the rest of the environment still readable (as seen on real
+    vLLM ranks): the rank still counts through its parent, and a stop takes it."""
+    script = tmp_path / "clobber.py"
+    script.write_text(CLOBBER)
+    log = tmp_path / "log"
+    tag = "r/n/1/engine"
+    argv = ["sh", "-c", f"{sys.executable} {script} & exec sleep 60"]
+    pid = LOCAL.spawn(argv, env={"DESKSIDE_RUN": tag, "AFTER": "kept"}, log_path=str(log))
+    deadline = time.monotonic() + 20
+    while "clobbered" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    rank = next(p.pid for p in procs.session_members(pid) if p.pid != pid)
+    env = Path(f"/proc/{rank}/environ").read_bytes()
+    assert env[:1] == b"\0" and b"DESKSIDE_RUN" not in env and env.strip(b"\0")
+    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    try:
+        os.kill(rank, signal.SIGSTOP)
+        assert (
+            node_sh.parse_session_stats(LOCAL.run(node_sh.session_stats(pid, start, tag)).stdout)[0]
+            == 2
+        )
+        assert LOCAL.run(node_sh.stop_session(pid, 5, start, tag)).ok
+        procs.reap(pid)
+        assert procs.session_members(pid) == []
+    finally:
+        for p in procs.session_members(pid):
+            os.kill(p.pid, 9)  # the test's own processes
+        procs.reap(pid)
+
+
 def test_only_processes_carrying_the_run_tag_are_signalled(tmp_path: Path) -> None:
     """A process of the recorded session without the run's DESKSIDE_RUN tag (something the
     engine did not start, or a foreign process named by a forged state) is never signalled."""
