@@ -131,3 +131,18 @@ def test_cli_turns(server: ThreadedServer) -> None:
     cell = json.loads(res.stdout)["cells"][0]
     assert [(t["turn"], t["requests"]) for t in cell["turns"]] == [(1, 3), (2, 3)]
     assert all("reply" not in r for r in cell["requests"])  # replies are not written out
+
+
+def test_conversations_too_long_for_the_model_are_skipped() -> None:
+    s = start_in_thread(Behaviour(ttft_s=0.01, chunk_interval_s=0.002, max_model_len=200))
+    try:
+        config = BenchConfig(
+            url=s.url, prompt_lens=[32, 64], concurrency=[1], turns=3, max_tokens=16
+        )
+        result = run_bench(config)
+    finally:
+        s.stop()
+    assert [c.prompt_len for c in result.cells] == [32]  # 3 x (32 + 16) = 144 fits
+    assert "3 turns exceeds max_model_len 200" in result.notes[0]
+    with pytest.raises(ValueError, match="drop the duration"):
+        BenchConfig(url=s.url, turns=2, duration_s=5.0)

@@ -101,6 +101,8 @@ class BenchConfig(Strict):
             raise ValueError("max_in_flight must be positive")
         if self.turns > 1 and self.request_rates is not None:
             raise ValueError("multi-turn conversations run closed-loop: drop the request rate")
+        if self.turns > 1 and self.duration_s is not None:
+            raise ValueError("multi-turn cells run every turn: drop the duration")
         return self
 
     @property

@@ -282,10 +282,13 @@ async def arun_bench(
             metrics_url = metrics_url_for(config.url, config.metrics_url)
         ctx = RunContext(bench_client, config, model, counter, epoch, metrics_url, report, clock)
         for cell in matrix(config):
-            if max_len is not None and cell.prompt_len + config.max_tokens > max_len:
+            # a conversation's last turn carries every earlier prompt and reply
+            needed = config.turns * (cell.prompt_len + config.max_tokens)
+            if max_len is not None and needed > max_len:
+                what = "prompt + max_tokens" if config.turns == 1 else f"{config.turns} turns"
                 result.notes.append(
                     f"skipped prompt {cell.prompt_len} x {_load(cell)}: "
-                    f"prompt + max_tokens exceeds max_model_len {max_len}"
+                    f"{what} exceeds max_model_len {max_len}"
                 )
                 continue
             result.cells.append(await _any_cell(ctx, cell))
