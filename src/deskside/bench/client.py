@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import re
 import ssl
 import time
 from collections.abc import Callable
@@ -40,10 +38,26 @@ import httptools
 import httpx
 
 from deskside.bench.models import RequestRecord
+from deskside.bench.stream_events import SLOW, TOKEN, StreamSink
+
+_Sink = StreamSink  # the name the tests use
+__all__ = ["SLOW", "TOKEN", "BenchClient", "StreamClient", "StreamRequest"]
 
 Clock = Callable[[], float]
 
 MAX_ERROR_BODY = 64 * 1024
+
+# A proxy's word on which replica answered, most telling first: LiteLLM's proxy sets
+# x-litellm-model-api-base and x-litellm-model-id (ProxyBaseLLMRequestProcessing.
+# get_custom_headers, streaming responses included).
+BACKEND_HEADERS = (b"x-litellm-model-api-base", b"x-litellm-model-id")
+
+
+def backend_of(headers: dict[bytes, bytes]) -> str | None:
+    for name in BACKEND_HEADERS:
+        if value := headers.get(name):
+            return value.decode("latin-1")
+    return None
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,7 @@ class StreamRequest:
     max_tokens: int
     chat: bool
     warmup: bool = False
+    capture: bool = False  # keep the reply's text (multi-turn)
 
 
 class BenchClient(Protocol):
@@ -73,94 +88,6 @@ class BenchClient(Protocol):
     async def aclose(self) -> None: ...
 
 
-# Keys whose presence needs the full parse: usage, errors, a finish reason.
-SLOW = re.compile(rb'"usage":\s*\{|"error":|"finish_reason":\s*"')
-# A generated token: non-empty text / content / reasoning, a tool call, or token ids.
-TOKEN = re.compile(
-    rb'"(?:text|content|reasoning_content|reasoning)":\s*"(?!")'
-    rb'|"tool_calls":\s*\[\s*\{|"token_ids":\s*\[\s*\d'
-)
-
-
-class _Sink:
-    """Accumulates what one stream said. ``event`` runs once per SSE data payload."""
-
-    __slots__ = (
-        "chat",
-        "chunks",
-        "done_marker",
-        "error",
-        "finish_reason",
-        "first",
-        "response_id",
-        "usage",
-    )
-
-    def __init__(self, chat: bool) -> None:
-        self.chat = chat
-        self.chunks: list[float] = []
-        self.first: float | None = None
-        self.usage: dict[str, Any] | None = None
-        self.response_id: str | None = None
-        self.finish_reason: str | None = None
-        self.error: str | None = None
-        self.done_marker = False
-
-    def event(self, payload: bytes, now: float) -> None:
-        if payload == b"[DONE]":
-            self.done_marker = True
-            return
-        if self.first is not None and SLOW.search(payload) is None:
-            # After the first token, a chunk with no usage, error or finish reason only
-            # matters for whether it carries a token. Parsing it with json.loads costs about
-            # 20 us in situ (cold caches), most of the client's time per chunk; a key can
-            # only match these patterns as a key (quotes inside JSON strings are escaped).
-            if TOKEN.search(payload) is not None:
-                self.chunks.append(now)
-            return
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            self.error = f"malformed stream event: {payload[:200]!r}"
-            return
-        if not isinstance(obj, dict):
-            return
-        error = obj.get("error")
-        if error:
-            message = error.get("message") if isinstance(error, dict) else error
-            self.error = f"server error in stream: {message}"
-        usage = obj.get("usage")
-        if usage:
-            self.usage = usage
-        choices = obj.get("choices")
-        if not choices:
-            return
-        choice = choices[0]
-        if self.chat:
-            delta = choice.get("delta")
-            carries = bool(
-                delta
-                and (
-                    delta.get("content")
-                    or delta.get("reasoning_content")
-                    or delta.get("reasoning")
-                    or delta.get("tool_calls")
-                )
-            )
-        else:
-            carries = bool(choice.get("text"))
-        if not carries and choice.get("token_ids"):
-            carries = True
-        if carries:
-            if self.first is None:
-                self.first = now
-                self.response_id = obj.get("id")
-            self.chunks.append(now)
-        finish = choice.get("finish_reason")
-        if finish:
-            self.finish_reason = finish
-
-
 class _Connection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection carrying one request at a time."""
 
@@ -168,13 +95,14 @@ class _Connection(asyncio.Protocol):
         self.clock = clock
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
-        self.sink: _Sink | None = None
+        self.sink: StreamSink | None = None
         self.done: asyncio.Future[None] | None = None
         self.status: int | None = None
         self.keep_alive = True
         self.closed = False
         self.now = 0.0
         self.completed_at: float | None = None
+        self.backend: dict[bytes, bytes] = {}
         self._buf = b""
         self._error_body = bytearray()
 
@@ -199,6 +127,10 @@ class _Connection(asyncio.Protocol):
                 self.transport.abort()
 
     # -- httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in BACKEND_HEADERS:
+            self.backend[name.lower()] = value
+
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
         self.keep_alive = self.parser.should_keep_alive()
@@ -246,11 +178,12 @@ class _Connection(asyncio.Protocol):
             self.done.set_result(None)
 
     # -- use
-    def send(self, data: bytes, sink: _Sink) -> asyncio.Future[None]:
+    def send(self, data: bytes, sink: StreamSink) -> asyncio.Future[None]:
         assert self.transport is not None
         self.sink = sink
         self.status = None
         self.completed_at = None
+        self.backend = {}
         self._buf = b""
         self._error_body = bytearray()
         self.done = asyncio.get_running_loop().create_future()
@@ -392,7 +325,7 @@ class StreamClient:
                 return record
             record.new_connection = connect_s is not None
             record.connect_s = connect_s
-            sink = _Sink(request.chat)
+            sink = StreamSink(request.chat, request.capture)
             sent = self.clock()
             record.queued_s = sent - ready - (connect_s or 0.0)
             record.sent_s = sent - epoch
@@ -418,7 +351,7 @@ class StreamClient:
 
     @staticmethod
     def _finish(
-        record: RequestRecord, sink: _Sink, conn: _Connection, sent: float
+        record: RequestRecord, sink: StreamSink, conn: _Connection, sent: float
     ) -> RequestRecord:
         if sink.first is not None:
             record.ttft_s = sink.first - sent
@@ -428,6 +361,9 @@ class StreamClient:
         record.end_s = end - sent if end is not None else None
         record.response_id = sink.response_id
         record.finish_reason = sink.finish_reason
+        record.backend = backend_of(conn.backend)
+        if sink.capture:
+            record.reply = "".join(sink.text)
         usage = sink.usage or {}
         record.prompt_tokens = usage.get("prompt_tokens")
         record.output_tokens = usage.get("completion_tokens")

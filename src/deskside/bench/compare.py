@@ -29,6 +29,7 @@ class Row(BaseModel):
 
     prompt_len: int
     concurrency: int
+    request_rate: float | None = None
     metric: str
     a: float | None
     b: float | None
@@ -108,14 +109,18 @@ def compare(
     z_threshold: float = 2.0,
 ) -> Comparison:
     rows: list[Row] = []
-    keys = sorted({(c.prompt_len, c.concurrency) for c in [*a.cells, *b.cells]})
-    for prompt_len, conc in keys:
-        ca, cb = a.cell(prompt_len, conc), b.cell(prompt_len, conc)
+    keys = sorted(
+        {(c.prompt_len, c.concurrency, c.request_rate) for c in [*a.cells, *b.cells]},
+        key=lambda k: (k[0], k[2] is not None, k[2] or 0.0, k[1]),
+    )
+    for prompt_len, conc, rate in keys:
+        ca, cb = a.cell(prompt_len, conc, rate), b.cell(prompt_len, conc, rate)
         if ca is None or cb is None:
             rows.append(
                 Row(
                     prompt_len=prompt_len,
                     concurrency=conc,
+                    request_rate=rate,
                     metric="cell",
                     a=None,
                     b=None,
@@ -132,6 +137,7 @@ def compare(
             row = Row(
                 prompt_len=prompt_len,
                 concurrency=conc,
+                request_rate=rate,
                 metric=metric,
                 a=va,
                 b=vb,

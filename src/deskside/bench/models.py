@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from deskside.bench.arrivals import Arrivals
 
 SCHEMA_VERSION = "deskside.bench/1"
 
@@ -60,6 +62,22 @@ class BenchConfig(Strict):
     max_loop_lag_ms: float = 10.0
     max_client_cpu: float = 0.8
     skip_matrix: bool = False
+    request_rates: list[float] | None = Field(
+        None,
+        description="Open loop: requests per second, one cell per rate (instead of the "
+        "concurrency levels); requests leave at their scheduled times whatever the server does",
+    )
+    arrivals: Arrivals = Field("poisson", description="Open-loop gaps: poisson or constant")
+    max_in_flight: int | None = Field(
+        None, description="Open loop: a request due while this many are in flight is dropped"
+    )
+    turns: int = Field(1, description="Turns per conversation (history resent every turn)")
+    conversations: int | None = Field(
+        None, description="Conversations per cell (default: the cell's concurrency)"
+    )
+    slo_ttft_s: float | None = Field(None, description="Goodput: a request's TTFT at most this")
+    slo_tpot_s: float | None = Field(None, description="Goodput: a request's TPOT at most this")
+    slo_e2e_s: float | None = Field(None, description="Goodput: a request's E2E at most this")
 
     @field_validator("prompt_lens", "concurrency")
     @classmethod
@@ -67,6 +85,35 @@ class BenchConfig(Strict):
         if not values or any(v < 1 for v in values):
             raise ValueError("needs one or more positive integers")
         return values
+
+    @field_validator("request_rates")
+    @classmethod
+    def _positive_rates(cls, values: list[float] | None) -> list[float] | None:
+        if values is not None and (not values or any(not v > 0 for v in values)):
+            raise ValueError("needs one or more positive request rates")
+        return values
+
+    @model_validator(mode="after")
+    def _modes(self) -> BenchConfig:
+        if self.turns < 1 or (self.conversations is not None and self.conversations < 1):
+            raise ValueError("turns and conversations must be positive")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError("max_in_flight must be positive")
+        if self.turns > 1 and self.request_rates is not None:
+            raise ValueError("multi-turn conversations run closed-loop: drop the request rate")
+        if self.turns > 1 and self.duration_s is not None:
+            raise ValueError("multi-turn cells run every turn: drop the duration")
+        return self
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rates is not None
+
+    @property
+    def slo(self) -> dict[str, float]:
+        """The goodput objectives that are set, by metric name."""
+        pairs = (("ttft_s", self.slo_ttft_s), ("tpot_s", self.slo_tpot_s))
+        return {k: v for k, v in (*pairs, ("e2e_s", self.slo_e2e_s)) if v is not None}
 
     def requests_for(self, concurrency: int) -> int:
         return self.requests if self.requests is not None else max(4, 2 * concurrency)
@@ -101,6 +148,15 @@ class RequestRecord(Strict):
     chunk_offsets_s: list[float] = Field(
         default_factory=list, description="Arrival of every token-carrying chunk, from sent"
     )
+    scheduled_s: float | None = Field(
+        None, description="Open loop: the scheduled send time, from the run epoch"
+    )
+    conversation: int | None = Field(None, description="Multi-turn: conversation number")
+    turn: int | None = Field(None, description="Multi-turn: turn number, from 1")
+    backend: str | None = Field(
+        None, description="The replica behind a proxy, from its response headers"
+    )
+    reply: str | None = Field(None, exclude=True, repr=False, description="Captured text")
 
 
 class Stats(Strict):
@@ -199,14 +255,81 @@ class ServerWindow(Strict):
     notes: list[str] = Field(default_factory=list)
 
 
+class OpenLoopStats(Strict):
+    """How an open-loop cell's schedule was kept. Rates over send times are (n - 1) / (last
+    - first); the completed rate is succeeded requests / (last end - first sent)."""
+
+    target_rate: float
+    arrivals: Arrivals
+    scheduled: int
+    scheduled_rate: float | None = Field(None, description="The schedule's own rate")
+    sent: int
+    sent_rate: float | None = None
+    dropped: int = Field(0, description="Due while max_in_flight were in flight: not sent")
+    failed: int = 0
+    completed: int = 0
+    completed_rate: float | None = None
+    send_lag_s: Stats | None = Field(None, description="Actual - scheduled send time")
+    max_in_flight: int | None = None
+    peak_in_flight: int = 0
+
+
+class Goodput(Strict):
+    """Requests that met every objective set (none set: every successful request)."""
+
+    slo: dict[str, float] = Field(default_factory=dict)
+    met: int
+    requests: int
+    requests_per_s: float | None = None
+    output_tok_s: float | None = None
+
+
+class TurnStats(Strict):
+    """One turn index across a cell's conversations; server figures are /metrics
+    differences around that turn (the conversations move from turn to turn together)."""
+
+    turn: int
+    requests: int
+    succeeded: int
+    prompt_tokens: int = 0
+    cached_tokens: int | None = Field(None, description="sum(usage cached_tokens), if given")
+    ttft_s: Stats | None = None
+    server_prefix_queries: float | None = None
+    server_prefix_hits: float | None = None
+    server_hit_rate: float | None = None
+
+
+class BackendStats(Strict):
+    backend: str = Field(description="A proxy's replica (api base or model id), or unknown")
+    requests: int
+    succeeded: int
+    failed: int
+    output_tokens: int = 0
+    ttft_s: Stats | None = None
+    e2e_s: Stats | None = None
+
+
 class CellResult(Strict):
     prompt_len: int
-    concurrency: int
+    concurrency: int = Field(description="Closed loop: workers; open loop: max_in_flight or 0")
     metrics: CellMetrics
     client: ClientHealth
     server: ServerWindow | None = None
     warmup_requests: int = 0
     requests: list[RequestRecord] = Field(default_factory=list)
+    request_rate: float | None = Field(None, description="Open loop: the target rate")
+    open_loop: OpenLoopStats | None = None
+    goodput: Goodput | None = None
+    turns: list[TurnStats] = Field(default_factory=list)
+    backends: list[BackendStats] = Field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """How the table names the cell's load: concurrency or request rate."""
+        if self.request_rate is None:
+            return str(self.concurrency)
+        cap = f" (<= {self.concurrency})" if self.concurrency else ""
+        return f"{self.request_rate:g}/s{cap}"
 
 
 class ProbeResult(Strict):
@@ -249,8 +372,11 @@ class BenchResult(Strict):
     probe: ProbeResult | None = None
     notes: list[str] = Field(default_factory=list)
 
-    def cell(self, prompt_len: int, concurrency: int) -> CellResult | None:
+    def cell(
+        self, prompt_len: int, concurrency: int, request_rate: float | None = None
+    ) -> CellResult | None:
+        key = (prompt_len, concurrency, request_rate)
         return next(
-            (c for c in self.cells if (c.prompt_len, c.concurrency) == (prompt_len, concurrency)),
+            (c for c in self.cells if (c.prompt_len, c.concurrency, c.request_rate) == key),
             None,
         )

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from deskside.bench.models import BenchResult, CellResult, ProbeResult, Stats
+from deskside.bench.report_modes import backends_table, open_loop_table, turns_table
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -34,7 +35,8 @@ def matrix_table(result: BenchResult) -> Table:
             "TTFT: median over the cell's successful requests. Prefill: apparent, "
             "(prompt - cached) / TTFT, meaningful at concurrency 1 (dimmed above it). "
             "Decode: per stream, sum(N_out - 1) / sum(E2E - TTFT). Aggregate: sum(N_out) / "
-            "(last end - first sent). ! = see notes below."
+            "(last end - first sent). Concurrency N/s: open loop at N requests/s. "
+            "! = see notes below."
         ),
         caption_justify="left",
     )
@@ -50,7 +52,7 @@ def matrix_table(result: BenchResult) -> Table:
             prefill = f"[dim]{prefill}[/]"
         table.add_row(
             f"{cell.prompt_len:,}",
-            str(cell.concurrency),
+            cell.label,
             _num(m.ttft_s.p50 if m.ttft_s else None, 2),
             prefill,
             _num(m.decode_tok_s, 1),
@@ -79,7 +81,7 @@ def detail_table(result: BenchResult) -> Table:
         m = cell.metrics
         table.add_row(
             f"{cell.prompt_len:,}",
-            str(cell.concurrency),
+            cell.label,
             three(m.ttft_s, 1, 3),
             three(m.tpot_s, 1e3, 1),
             three(m.chunk_gap_s, 1e3, 1),
@@ -119,7 +121,7 @@ def server_table(result: BenchResult) -> Table | None:
             per_pos += "%"
         table.add_row(
             f"{cell.prompt_len:,}",
-            str(cell.concurrency),
+            cell.label,
             _num(w.generation_tokens, 0),
             _pct(w.prefix_cache_hit_rate),
             _num(w.preemptions, 0),
@@ -135,10 +137,21 @@ def cell_flags(cell: CellResult) -> list[str]:
     """Why a cell's figures deserve doubt (empty: none)."""
     flags = []
     m = cell.metrics
-    where = f"{cell.prompt_len:,} x {cell.concurrency}"
+    where = f"{cell.prompt_len:,} x {cell.label}"
     if m.failed:
         kinds = ", ".join(f"{k} {v}" for k, v in m.errors.items())
         flags.append(f"{where}: {m.failed} of {m.requests} requests failed ({kinds})")
+    o = cell.open_loop
+    if o is not None and o.dropped:
+        flags.append(
+            f"{where}: {o.dropped} of {o.scheduled} requests dropped (max in flight "
+            f"{o.max_in_flight} reached)"
+        )
+    if o is not None and o.send_lag_s is not None and o.send_lag_s.p99 > 0.05:
+        flags.append(
+            f"{where}: requests left up to {o.send_lag_s.max * 1e3:.0f} ms after their "
+            "scheduled time (p99 over 50 ms): the client did not keep the schedule"
+        )
     if not cell.client.reliable:
         flags.append(f"{where}: client may be the bottleneck - " + "; ".join(cell.client.reasons))
     if m.prompt_tokens_exact is False:
@@ -181,5 +194,8 @@ def print_result(console: Console, result: BenchResult, detail: bool = False) ->
         server = server_table(result)
         if server is not None:
             console.print(server)
+        for extra in (open_loop_table(result), turns_table(result), backends_table(result)):
+            if extra is not None:
+                console.print(extra)
     for note in notes(result):
         console.print(f"[yellow]note:[/] {note}", highlight=False)

@@ -5,7 +5,9 @@ cell's concurrency (connections opened, excluded from every figure), scrape ``/m
 run the measured requests closed-loop (``concurrency`` workers, each sending its next
 request as soon as its previous one ends), scrape again once the server's counters have
 caught up, and compute the client-side metrics, the server-side window and the client's
-own health. Nothing here prints: progress goes to a callback.
+own health. Open-loop cells (a request rate) are run by :mod:`deskside.bench.open_cell`,
+multi-turn cells by :mod:`deskside.bench.turns`. Nothing here prints: progress goes to a
+callback.
 """
 
 from __future__ import annotations
@@ -14,33 +16,35 @@ import asyncio
 import datetime as dt
 import random
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from deskside.bench import server_metrics
-from deskside.bench.client import BenchClient, StreamClient, StreamRequest
+from deskside.bench.breakdown import backend_stats, goodput
+from deskside.bench.client import BenchClient, StreamClient
+from deskside.bench.context import Progress, ProgressFn, RunContext
+from deskside.bench.loops import closed_loop
 from deskside.bench.metrics import cell_metrics
 from deskside.bench.models import (
     BenchConfig,
     BenchResult,
     CellResult,
     ProbeResult,
-    RequestRecord,
     ServerWindow,
     Tokenization,
 )
 from deskside.bench.monitor import LoopMonitor
+from deskside.bench.open_cell import run_open_cell
+from deskside.bench.scrape import metrics_url_for, server_window, try_scrape
+from deskside.bench.turns import run_turns_cell
 from deskside.bench.workload import (
     Cell,
     LocalTokenCounter,
-    Prompt,
     PromptError,
     ServerTokenCounter,
     TokenCounter,
     build_prompt,
+    cell_prompts,
     matrix,
     prompt_words,
     stream_request,
@@ -48,19 +52,7 @@ from deskside.bench.workload import (
 )
 from deskside.errors import DesksideError, UsageError
 
-
-@dataclass(frozen=True)
-class Progress:
-    """One progress report: ``stage`` is prompts, warmup, measure, cell-done or probe."""
-
-    stage: str
-    cell: Cell | None
-    done: int
-    total: int
-    message: str = ""
-
-
-ProgressFn = Callable[[Progress], None]
+__all__ = ["Progress", "ProgressFn", "ServerUnreachable", "arun_bench", "run_bench"]
 
 
 class ServerUnreachable(DesksideError):
@@ -129,136 +121,51 @@ async def _choose_counter(
     return local, Tokenization(method=local.method, exact=local.chat_template_used, notes=notes)
 
 
-async def _prompts(
-    counter: TokenCounter,
-    config: BenchConfig,
-    cell: Cell,
-    kind: str,
-    n: int,
-    calibration: dict[str, float],
-) -> list[Prompt]:
-    out: list[Prompt] = []
-    for i in range(n):
-        # unique per cell and request: no cell reuses another's prompts (prefix cache)
-        if config.shared_prefix:
-            key = f"{cell.prompt_len}:shared"
-        else:
-            key = f"{cell.prompt_len}:{cell.concurrency}:{kind}{i}"
-        if config.shared_prefix and out:
-            out.append(out[0])
-            continue
-        words = prompt_words(config.seed, key, words_needed(cell.prompt_len))
-        out.append(await build_prompt(counter, cell.prompt_len, words, calibration))
-    return out
-
-
-async def _scrape(client: BenchClient, url: str) -> server_metrics.Snapshot:
-    status, text = await client.get_text(url)
-    if status != 200:
-        raise OSError(f"HTTP {status} from {url}")
-    return server_metrics.parse_metrics(text)
-
-
-async def _closed_loop(
-    client: BenchClient,
-    requests: list[StreamRequest],
-    concurrency: int,
-    epoch: float,
-    deadline: float | None,
-    on_done: Callable[[RequestRecord], None],
-    clock: Callable[[], float],
-) -> list[RequestRecord]:
-    queue = deque(requests)
-    records: list[RequestRecord] = []
-
-    async def worker() -> None:
-        while queue and (deadline is None or clock() < deadline):
-            record = await client.stream(queue.popleft(), epoch)
-            records.append(record)
-            on_done(record)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    records.sort(key=lambda r: r.index)
-    return records
-
-
-async def _run_cell(
-    client: BenchClient,
-    config: BenchConfig,
-    model: str,
-    counter: TokenCounter,
-    cell: Cell,
-    epoch: float,
-    metrics_url: str | None,
-    progress: ProgressFn,
-    clock: Callable[[], float],
-) -> CellResult:
+async def _run_cell(ctx: RunContext, cell: Cell) -> CellResult:
+    config, progress = ctx.config, ctx.progress
     n_warm = config.warmup_for(cell.concurrency)
     n_req = config.requests_for(cell.concurrency)
     if config.duration_s is not None and config.requests is None:
         n_req = 8 * cell.concurrency
     progress(Progress("prompts", cell, 0, n_warm + n_req, "building prompts"))
     calibration: dict[str, float] = {}
-    warm_prompts = await _prompts(counter, config, cell, "w", n_warm, calibration)
-    prompts = await _prompts(counter, config, cell, "r", n_req, calibration)
+    warm_prompts = await cell_prompts(ctx.counter, config, cell, "w", n_warm, calibration)
+    prompts = await cell_prompts(ctx.counter, config, cell, "r", n_req, calibration)
     warm = [
-        stream_request(config, model, i, p, config.warmup_max_tokens, warmup=True)
+        stream_request(config, ctx.model, i, p, config.warmup_max_tokens, warmup=True)
         for i, p in enumerate(warm_prompts)
     ]
     measured = [
-        stream_request(config, model, i, p, config.max_tokens) for i, p in enumerate(prompts)
+        stream_request(config, ctx.model, i, p, config.max_tokens) for i, p in enumerate(prompts)
     ]
+    on_warm = ctx.counting("warmup", cell, len(warm))
+    warm_records = await closed_loop(
+        ctx.client, warm, cell.concurrency, ctx.epoch, None, on_warm, ctx.clock
+    )
+    before, scrape_error = await try_scrape(ctx.client, ctx.metrics_url)
 
-    done = 0
-
-    def on_warm(_: RequestRecord) -> None:
-        nonlocal done
-        done += 1
-        progress(Progress("warmup", cell, done, len(warm)))
-
-    warm_records = await _closed_loop(client, warm, cell.concurrency, epoch, None, on_warm, clock)
-
-    before: server_metrics.Snapshot | None = None
-    scrape_error: str | None = None
-    if metrics_url:
-        try:
-            before = await _scrape(client, metrics_url)
-        except Exception as exc:
-            scrape_error = f"{type(exc).__name__}: {exc}"
-
-    done = 0
-
-    def on_measured(_: RequestRecord) -> None:
-        nonlocal done
-        done += 1
-        progress(Progress("measure", cell, done, len(measured)))
-
-    monitor = LoopMonitor(clock=clock)
+    monitor = LoopMonitor(clock=ctx.clock)
     monitor.start()
-    deadline = clock() + config.duration_s if config.duration_s is not None else None
-    records = await _closed_loop(
-        client, measured, cell.concurrency, epoch, deadline, on_measured, clock
+    deadline = ctx.clock() + config.duration_s if config.duration_s is not None else None
+    on_measured = ctx.counting("measure", cell, len(measured))
+    records = await closed_loop(
+        ctx.client, measured, cell.concurrency, ctx.epoch, deadline, on_measured, ctx.clock
     )
     await monitor.stop()
 
     metrics = cell_metrics(records, cell.concurrency)
     server: ServerWindow | None = None
-    if metrics_url:
-        server = await _server_window(
-            client,
-            metrics_url,
+    if ctx.metrics_url:
+        server, _ = await server_window(
+            ctx.client,
+            ctx.metrics_url,
             before,
             scrape_error,
-            model,
+            ctx.model,
             metrics.output_tokens,
             metrics.prompt_tokens,
-            clock,
+            ctx.clock,
         )
-        if server.prefix_cache_hits and not metrics.cached_tokens:
-            server.notes.append(
-                "the server's prefix cache hit but its responses report no cached tokens "
-                "(vLLM: --enable-prompt-tokens-details): prefill tok/s counts them as computed"
-            )
     result = CellResult(
         prompt_len=cell.prompt_len,
         concurrency=cell.concurrency,
@@ -272,30 +179,25 @@ async def _run_cell(
     return result
 
 
-async def _server_window(
-    client: BenchClient,
-    metrics_url: str,
-    before: server_metrics.Snapshot | None,
-    scrape_error: str | None,
-    model: str,
-    output_tokens: int,
-    prompt_tokens: int,
-    clock: Callable[[], float],
-) -> ServerWindow:
-    if before is None:
-        return server_metrics.failed_window(scrape_error or "no scrape before the window")
-    # The server updates its counters as it hands out the last tokens; wait (up to 2 s) for
-    # them to reach the client's count before taking the difference.
-    give_up = clock() + 2.0
-    while True:
-        try:
-            after = await _scrape(client, metrics_url)
-        except Exception as exc:
-            return server_metrics.failed_window(f"{type(exc).__name__}: {exc}")
-        window = server_metrics.window(before, after, model, output_tokens, prompt_tokens)
-        if window.output_tokens_match is not False or clock() > give_up:
-            return window
-        await asyncio.sleep(0.1)
+async def _any_cell(ctx: RunContext, cell: Cell) -> CellResult:
+    """Run a cell in its mode, then add what every mode reports: goodput (open loop, or
+    objectives set), the backends behind a proxy, a prefix cache the usage hides."""
+    if cell.request_rate is not None:
+        result = await run_open_cell(ctx, cell)
+    elif ctx.config.turns > 1:
+        result = await run_turns_cell(ctx, cell)
+    else:
+        result = await _run_cell(ctx, cell)
+    if ctx.config.slo or result.request_rate is not None:
+        result.goodput = goodput(result.requests, ctx.config.slo)
+    result.backends = backend_stats(result.requests)
+    server = result.server
+    if server is not None and server.prefix_cache_hits and not result.metrics.cached_tokens:
+        server.notes.append(
+            "the server's prefix cache hit but its responses report no cached tokens "
+            "(vLLM: --enable-prompt-tokens-details): prefill tok/s counts them as computed"
+        )
+    return result
 
 
 async def _probe(
@@ -377,21 +279,19 @@ async def arun_bench(
             return result
         metrics_url = None
         if config.scrape_metrics:
-            metrics_url = config.metrics_url or f"{config.url.rstrip('/')}/metrics"
-            if metrics_url.endswith("/v1/metrics"):
-                metrics_url = metrics_url[: -len("/v1/metrics")] + "/metrics"
+            metrics_url = metrics_url_for(config.url, config.metrics_url)
+        ctx = RunContext(bench_client, config, model, counter, epoch, metrics_url, report, clock)
         for cell in matrix(config):
-            if max_len is not None and cell.prompt_len + config.max_tokens > max_len:
+            # a conversation's last turn carries every earlier prompt and reply
+            needed = config.turns * (cell.prompt_len + config.max_tokens)
+            if max_len is not None and needed > max_len:
+                what = "prompt + max_tokens" if config.turns == 1 else f"{config.turns} turns"
                 result.notes.append(
-                    f"skipped prompt {cell.prompt_len} x concurrency {cell.concurrency}: "
-                    f"prompt + max_tokens exceeds max_model_len {max_len}"
+                    f"skipped prompt {cell.prompt_len} x {_load(cell)}: "
+                    f"{what} exceeds max_model_len {max_len}"
                 )
                 continue
-            result.cells.append(
-                await _run_cell(
-                    bench_client, config, model, counter, cell, epoch, metrics_url, report, clock
-                )
-            )
+            result.cells.append(await _any_cell(ctx, cell))
         return result
     finally:
         if own:
@@ -408,6 +308,12 @@ def run_bench(
     event loop's own; asyncio's default loop otherwise."""
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(arun_bench(config, client, progress))
+
+
+def _load(cell: Cell) -> str:
+    if cell.request_rate is None:
+        return f"concurrency {cell.concurrency}"
+    return f"{cell.request_rate:g} requests/s"
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -19,7 +19,12 @@ Behaviour (:class:`Behaviour`):
   client that times the first chunk instead of the first token is caught;
 - speculative counters: each decode chunk of ``n`` tokens is one draft of
   ``num_speculative_tokens`` tokens with ``n - 1`` accepted (positions ``0..n-2``);
-- prefix caching: a prompt seen before reports ``(n - 1) // block * block`` cached tokens;
+- prefix caching: a prompt's cached tokens are its longest common prefix with any earlier
+  prompt in whole blocks, at most ``n - 1`` (:mod:`deskside.bench.synthetic_cache`; a chat
+  prompt's tokens are the template's, then every message's words in order), reported in
+  ``usage.prompt_tokens_details.cached_tokens`` and vLLM's prefix-cache counters;
+- ``backends``: answer as a LiteLLM proxy over these replicas would, round robin: each
+  stream's response headers name one (``x-litellm-model-api-base``, ``x-litellm-model-id``);
 - faults: every ``fail_every_n``-th streamed request answers HTTP 500; and by markers in
   the prompt text: ``[[status:500]]`` answers that HTTP status,
   ``[[hang]]`` never answers, ``[[drop:K]]`` closes the connection after ``K`` chunks.
@@ -38,12 +43,13 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client import generate_latest
 
+from deskside.bench.synthetic_cache import PrefixCache
 from deskside.bench.synthetic_metrics import SyntheticMetrics
 
 FAULT = re.compile(rb"\[\[(status|hang|drop)(?::(\d+))?\]\]")
@@ -66,6 +72,7 @@ class Behaviour:
     fail_every_n: int = 0  # every n-th streamed request answers HTTP 500 (0: never)
     tokenize: bool = True  # False: no /tokenize route (404), as on non-vLLM servers
     api_key: str | None = None  # like vLLM's VLLM_API_KEY: /v1 answers 401 without it
+    backends: tuple[str, ...] = ()  # replica api bases a proxy would name, round robin
 
 
 @dataclass
@@ -85,6 +92,8 @@ class SentRequest:
     completion_tokens: int = 0
     finished: bool = False
     request_id: str | None = None  # the client's x-request-id header, if any
+    backend: str | None = None  # the replica named in the response headers
+    prompt: str = ""  # the prompt's words (chat: every message's), for tests
 
 
 def count_words(text: str) -> int:
@@ -98,7 +107,7 @@ class SyntheticServer:
         self.behaviour = behaviour or Behaviour()
         self.sent: list[SentRequest] = []
         self.metrics = SyntheticMetrics(self.behaviour.model)
-        self._seen_prompts: set[int] = set()
+        self.cache = PrefixCache(self.behaviour.prefix_block_size)
         self._ids = itertools.count()
         self._streams = 0
         self._server: asyncio.base_events.Server | None = None
@@ -199,15 +208,19 @@ class SyntheticServer:
         return scheme.lower() == "bearer" and token == self.behaviour.api_key
 
     def count_prompt(self, request: dict[str, Any]) -> int:
+        return len(self.prompt_tokens(request))
+
+    def prompt_tokens(self, request: dict[str, Any]) -> Sequence[object]:
+        """One token per word, after the template's (chat) or BOS (completions) tokens."""
         b = self.behaviour
         if "messages" in request:
-            words = sum(count_words(str(m.get("content") or "")) for m in request["messages"])
-            return b.chat_template_tokens + words
+            words = " ".join(str(m.get("content") or "") for m in request["messages"]).split()
+            return ["<template>"] * b.chat_template_tokens + words
         prompt = request.get("prompt", "")
         if isinstance(prompt, list):
-            return len(prompt)
+            return list(prompt)
         add_special = request.get("add_special_tokens", True)
-        return (b.bos_tokens if add_special else 0) + count_words(str(prompt))
+        return ["<s>"] * (b.bos_tokens if add_special else 0) + str(prompt).split()
 
     # ------------------------------------------------------------------ streaming
 
@@ -251,20 +264,21 @@ class SyntheticServer:
 
         request = json.loads(body)
         chat = path.endswith("chat/completions")
-        prompt_tokens = self.count_prompt(request)
-        # an identical prompt seen before is a prefix-cache hit
-        key = hash(json.dumps(request.get("messages") or request.get("prompt")))
-        cached = 0
-        if key in self._seen_prompts:
-            cached = (prompt_tokens - 1) // b.prefix_block_size * b.prefix_block_size
-        self._seen_prompts.add(key)
+        tokens = self.prompt_tokens(request)
+        prompt_tokens = len(tokens)
+        cached = self.cache.admit(tokens)
         max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
         include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-synthetic-{next(self._ids)}"
+        seq = next(self._ids)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-synthetic-{seq}"
+        word = b"tok%d " % seq  # one token; differs per request, so replies can be told apart
         record = SentRequest(
             rid, "chat" if chat else "completions", received, prompt_tokens, cached, max_tokens
         )
         record.request_id = request_id
+        record.prompt = " ".join(str(t) for t in tokens if t not in ("<template>", "<s>"))
+        if b.backends:
+            record.backend = b.backends[(len(self.sent)) % len(b.backends)]
         self.sent.append(record)
         m.prompt_tokens.inc(prompt_tokens)
         m.prompt_cached.inc(cached)
@@ -294,7 +308,7 @@ class SyntheticServer:
             return b"%x\r\n%s\r\n" % (len(data), data)
 
         def token_event(n: int, last: bool) -> bytes:
-            text = b"tok " * n
+            text = word * n
             finish = b'"length"' if last else b"null"
             if chat:
                 return (
@@ -314,9 +328,15 @@ class SyntheticServer:
                 + b',"stop_reason":null}]}\n\n'
             )
 
+        proxy = ""
+        if record.backend is not None:
+            replica = b.backends.index(record.backend)
+            proxy = f"x-litellm-model-api-base: {record.backend}\r\n"
+            proxy += f"x-litellm-model-id: replica-{replica}\r\n"
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+            + proxy.encode("latin-1")
+            + b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
         )
         if chat and b.role_chunk_at_receipt:
             writer.write(

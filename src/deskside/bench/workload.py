@@ -61,6 +61,8 @@ class TokenCounter(Protocol):
 
     async def count(self, text: str) -> int: ...
 
+    async def count_messages(self, messages: list[dict[str, str]]) -> int: ...
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -77,10 +79,18 @@ class Prompt:
 class Cell:
     prompt_len: int
     concurrency: int
+    request_rate: float | None = None  # open loop (concurrency: max in flight, 0 = no cap)
+
+    @property
+    def label(self) -> str:
+        return str(self.concurrency) if self.request_rate is None else f"{self.request_rate:g}/s"
 
 
 def matrix(config: BenchConfig) -> list[Cell]:
-    """Cells in table order: prompt length outer, concurrency inner."""
+    """Cells in table order: prompt length outer, concurrency (or request rate) inner."""
+    if config.request_rates is not None:
+        cap = config.max_in_flight or 0
+        return [Cell(p, cap, r) for p in config.prompt_lens for r in config.request_rates]
     return [Cell(p, c) for p in config.prompt_lens for c in config.concurrency]
 
 
@@ -183,13 +193,15 @@ class ServerTokenCounter:
 
     async def count(self, text: str) -> int:
         if self.endpoint == "chat":
-            body: dict[str, Any] = {
-                "model": self.model,
-                "messages": [{"role": "user", "content": text}],
-                "add_generation_prompt": True,
-            }
-        else:
-            body = {"model": self.model, "prompt": text}
+            return await self.count_messages([{"role": "user", "content": text}])
+        return await self._count({"model": self.model, "prompt": text})
+
+    async def count_messages(self, messages: list[dict[str, str]]) -> int:
+        """A whole chat (a multi-turn history), with the generation prompt."""
+        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        return await self._count(body)
+
+    async def _count(self, body: dict[str, Any]) -> int:
         status, answer = await self.post("/tokenize", body)
         if status != 200 or not isinstance(answer, dict) or "count" not in answer:
             raise PromptError(f"/tokenize answered HTTP {status}: {str(answer)[:300]}")
@@ -232,24 +244,36 @@ class LocalTokenCounter:
 
     async def count(self, text: str) -> int:
         if self.endpoint == "chat" and self.template is not None:
-            rendered = self.template.render(
-                messages=[{"role": "user", "content": text}],
-                add_generation_prompt=True,
-                **self.template_vars,
-            )
-            return len(self.tokenizer.encode(rendered, add_special_tokens=False).ids)
+            return await self.count_messages([{"role": "user", "content": text}])
         return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
+
+    async def count_messages(self, messages: list[dict[str, str]]) -> int:
+        if self.template is None:  # no template: the contents, one after the other
+            return await self.count(" ".join(m["content"] for m in messages))
+        rendered = self.template.render(
+            messages=messages, add_generation_prompt=True, **self.template_vars
+        )
+        return len(self.tokenizer.encode(rendered, add_special_tokens=False).ids)
 
 
 # --------------------------------------------------------------------------- requests
 
 
-def request_body(config: BenchConfig, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+def request_body(
+    config: BenchConfig,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    history: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """``history``: earlier messages of a conversation, sent before ``prompt`` (chat), or
+    their contents before it as one text (completions)."""
     body: dict[str, Any] = {"model": model}
+    earlier = history or []
     if config.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = [*earlier, {"role": "user", "content": prompt}]
     else:
-        body["prompt"] = prompt
+        body["prompt"] = " ".join([*(m["content"] for m in earlier), prompt])
     body.update(
         {
             "max_tokens": max_tokens,
@@ -270,9 +294,12 @@ def stream_request(
     prompt: Prompt,
     max_tokens: int,
     warmup: bool = False,
+    history: list[dict[str, str]] | None = None,
 ) -> StreamRequest:
+    """``history`` (multi-turn): earlier messages; ``prompt.target`` is then the whole
+    conversation's length and the reply's text is captured for the next turn."""
     chat = config.endpoint == "chat"
-    body = request_body(config, model, prompt.text, max_tokens)
+    body = request_body(config, model, prompt.text, max_tokens, history)
     return StreamRequest(
         index=index,
         path="/v1/chat/completions" if chat else "/v1/completions",
@@ -281,4 +308,31 @@ def stream_request(
         max_tokens=max_tokens,
         chat=chat,
         warmup=warmup,
+        capture=history is not None,
     )
+
+
+async def cell_prompts(
+    counter: TokenCounter,
+    config: BenchConfig,
+    cell: Cell,
+    kind: str,
+    n: int,
+    calibration: dict[str, float],
+) -> list[Prompt]:
+    """``n`` prompts of the cell's length, unique per cell, kind and request (no cell
+    reuses another's prompts: prefix cache), or one repeated (``shared_prefix``)."""
+    out: list[Prompt] = []
+    for i in range(n):
+        if config.shared_prefix:
+            key = f"{cell.prompt_len}:shared"
+        else:
+            key = f"{cell.prompt_len}:{cell.concurrency}:{kind}{i}"
+            if cell.request_rate is not None:
+                key = f"{cell.prompt_len}:{cell.request_rate:g}/s:{kind}{i}"
+        if config.shared_prefix and out:
+            out.append(out[0])
+            continue
+        words = prompt_words(config.seed, key, words_needed(cell.prompt_len))
+        out.append(await build_prompt(counter, cell.prompt_len, words, calibration))
+    return out

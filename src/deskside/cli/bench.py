@@ -17,8 +17,9 @@ from deskside.errors import DesksideError, UsageError
 
 app = typer.Typer(
     help="Benchmark an OpenAI-compatible server: prompt "
-    "length x concurrency -> TTFT, prefill, decode and aggregate tok/s, plus the server's "
-    "own counters (speculative acceptance, prefix cache, preemptions).",
+    "length x concurrency (or request rate, open loop) -> TTFT, prefill, decode and "
+    "aggregate tok/s, plus the server's own counters (speculative acceptance, prefix cache, "
+    "preemptions); multi-turn conversations; the backends behind a proxy.",
     no_args_is_help=False,
     invoke_without_command=True,
     pretty_exceptions_enable=False,
@@ -35,6 +36,18 @@ def _ints(value: str | None, flag: str) -> list[int] | None:
         raise UsageError(f"{flag} takes comma-separated integers, not {value!r}") from None
     if not out or any(v < 1 for v in out):
         raise UsageError(f"{flag} needs positive integers, not {value!r}")
+    return out
+
+
+def _rates(value: str | None) -> list[float] | None:
+    if value is None:
+        return None
+    try:
+        out = [float(v) for v in value.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise UsageError(f"--request-rate takes comma-separated numbers, not {value!r}") from None
+    if not out or any(not v > 0 for v in out):
+        raise UsageError(f"--request-rate needs positive rates, not {value!r}")
     return out
 
 
@@ -59,7 +72,41 @@ def bench(
         typer.Option(help="Measured requests per cell (default 2 per slot, at least 4)."),
     ] = None,
     duration: Annotated[
-        float | None, typer.Option(help="Per-cell time budget in seconds (stops issuing).")
+        float | None,
+        typer.Option(
+            help="Per-cell time budget in seconds (stops issuing); open loop: the schedule's "
+            "length."
+        ),
+    ] = None,
+    request_rate: Annotated[
+        str | None,
+        typer.Option(
+            help="Open loop: requests per second, comma-separated, one cell each (instead of "
+            "--concurrency); requests leave on schedule whatever the server does."
+        ),
+    ] = None,
+    arrivals: Annotated[
+        str, typer.Option(help="Open-loop gaps: poisson (random, seeded) or constant.")
+    ] = "poisson",
+    max_in_flight: Annotated[
+        int | None,
+        typer.Option(help="Open loop: drop a request due while this many are in flight."),
+    ] = None,
+    turns: Annotated[
+        int, typer.Option(help="Turns per conversation; each resends the whole history.")
+    ] = 1,
+    conversations: Annotated[
+        int | None,
+        typer.Option(help="Conversations per cell with --turns (default: the concurrency)."),
+    ] = None,
+    slo_ttft: Annotated[
+        float | None, typer.Option(help="Goodput objective: TTFT at most this many seconds.")
+    ] = None,
+    slo_tpot: Annotated[
+        float | None, typer.Option(help="Goodput objective: TPOT at most this many seconds.")
+    ] = None,
+    slo_e2e: Annotated[
+        float | None, typer.Option(help="Goodput objective: E2E at most this many seconds.")
     ] = None,
     warmup: Annotated[
         int | None, typer.Option(help="Warm-up requests per cell (default: concurrency).")
@@ -104,6 +151,7 @@ def bench(
     """Run the matrix (or --probe-context) against --url."""
     if ctx.invoked_subcommand is not None:
         return
+    from deskside.bench.arrivals import ARRIVALS
     from deskside.bench.outputs.all import write_all
     from deskside.bench.outputs.json import dumps
     from deskside.bench.report import print_result
@@ -131,6 +179,8 @@ def bench(
                 api_key = engine_api_key(running.recipe_name).reveal()
         if endpoint not in ("chat", "completions"):
             raise UsageError(f"--endpoint must be chat or completions, not {endpoint!r}")
+        if arrivals not in ARRIVALS:
+            raise UsageError(f"--arrivals must be poisson or constant, not {arrivals!r}")
         values: dict[str, Any] = {
             "url": url,
             "model": model,
@@ -149,6 +199,14 @@ def bench(
             "max_model_len": max_model_len,
             "scrape_metrics": metrics,
             "metrics_url": metrics_url,
+            "request_rates": _rates(request_rate),
+            "arrivals": arrivals,
+            "max_in_flight": max_in_flight,
+            "turns": turns,
+            "conversations": conversations,
+            "slo_ttft_s": slo_ttft,
+            "slo_tpot_s": slo_tpot,
+            "slo_e2e_s": slo_e2e,
         }
         if (lens := _ints(prompt_lens, "--prompt-lens")) is not None:
             values["prompt_lens"] = lens
@@ -180,6 +238,10 @@ def bench(
         raise typer.Exit(5)
 
 
+def _load(cell: Any) -> str:
+    return f"{cell.request_rate:g}/s" if cell.request_rate is not None else f"c={cell.concurrency}"
+
+
 class _progress:
     """A rich progress bar on stderr, fed by the runner's progress callback."""
 
@@ -204,7 +266,7 @@ class _progress:
 
     def update(self, event: Any) -> None:
         cell = event.cell
-        where = f"{cell.prompt_len:,} tok x c={cell.concurrency}" if cell else "probe"
+        where = f"{cell.prompt_len:,} tok x {_load(cell)}" if cell else "probe"
         text = f"{where}: {event.stage}" + (f" ({event.message})" if event.message else "")
         self.bar.update(self.task, description=text, completed=event.done, total=event.total)
 
@@ -235,7 +297,7 @@ def compare_cmd(
         emit_json({**result.model_dump(mode="json"), "regressions": len(result.regressions)})
     else:
         table = Table(title=f"A = {shown(a)}  vs  B = {shown(b)}")
-        for col in ("Prompt", "Conc.", "Metric", "A", "B", "Change", "z", "Verdict", "Note"):
+        for col in ("Prompt", "Load", "Metric", "A", "B", "Change", "z", "Verdict", "Note"):
             table.add_column(
                 col, justify="left" if col in ("Metric", "Verdict", "Note") else "right"
             )
@@ -246,7 +308,7 @@ def compare_cmd(
                 verdict = f"[{colour[verdict]}]{verdict}[/]"
             table.add_row(
                 f"{row.prompt_len:,}",
-                str(row.concurrency),
+                str(row.concurrency) if row.request_rate is None else f"{row.request_rate:g}/s",
                 shown(row.metric),
                 "-" if row.a is None else f"{row.a:,.3f}",
                 "-" if row.b is None else f"{row.b:,.3f}",

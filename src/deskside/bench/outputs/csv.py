@@ -39,6 +39,16 @@ CELL_COLUMNS = [
     "server_queue_time_mean_s",
     "spec_acceptance_rate",
     "spec_mean_acceptance_length",
+    "load",
+    "request_rate",
+    "arrivals",
+    "scheduled_rate",
+    "sent_rate",
+    "completed_rate",
+    "dropped",
+    "send_lag_s_p99",
+    "goodput_requests_per_s",
+    "turns",
 ]
 
 REQUEST_COLUMNS = [
@@ -65,13 +75,17 @@ REQUEST_COLUMNS = [
     "new_connection",
     "response_id",
     "error",
+    "scheduled_s",
+    "conversation",
+    "turn",
+    "backend",
 ]
 
 
 def cell_rows(result: BenchResult) -> list[dict[str, Any]]:
     rows = []
     for cell in result.cells:
-        m, s = cell.metrics, cell.server
+        m, s, o = cell.metrics, cell.server, cell.open_loop
         spec = s.spec_decode if s else None
         rows.append(
             {
@@ -104,6 +118,16 @@ def cell_rows(result: BenchResult) -> list[dict[str, Any]]:
                 "server_queue_time_mean_s": s.queue_time_mean_s if s else None,
                 "spec_acceptance_rate": spec.acceptance_rate if spec else None,
                 "spec_mean_acceptance_length": spec.mean_acceptance_length if spec else None,
+                "load": cell.label,
+                "request_rate": cell.request_rate,
+                "arrivals": o.arrivals if o else None,
+                "scheduled_rate": o.scheduled_rate if o else None,
+                "sent_rate": o.sent_rate if o else None,
+                "completed_rate": o.completed_rate if o else None,
+                "dropped": o.dropped if o else None,
+                "send_lag_s_p99": o.send_lag_s.p99 if o and o.send_lag_s else None,
+                "goodput_requests_per_s": cell.goodput.requests_per_s if cell.goodput else None,
+                "turns": len(cell.turns) or None,
             }
         )
     return rows
@@ -139,6 +163,10 @@ def request_rows(result: BenchResult) -> list[dict[str, Any]]:
                     "new_connection": r.new_connection,
                     "response_id": r.response_id,
                     "error": r.error,
+                    "scheduled_s": r.scheduled_s,
+                    "conversation": r.conversation,
+                    "turn": r.turn,
+                    "backend": r.backend,
                 }
             )
     return rows

@@ -43,7 +43,7 @@ TTFT {{ fmt(r.probe.ttft_s, 2) }} s, prefill {{ fmt(r.probe.prefill_tok_s, 1) }}
 <h2>Results</h2>
 <table><tr><th>Prompt</th><th>Concurrency</th><th>TTFT (s)</th><th>Prefill tok/s</th>
 <th>Decode tok/s</th><th>Aggregate tok/s</th><th>OK</th><th>Client reliable</th></tr>
-{% for c in rows %}<tr><td>{{ "{:,}".format(c.prompt_len) }}</td><td>{{ c.concurrency }}</td>
+{% for c in rows %}<tr><td>{{ "{:,}".format(c.prompt_len) }}</td><td>{{ c.load }}</td>
 <td>{{ fmt(c.ttft_s_p50, 2) }}</td>
 <td class="{{ '' if c.prefill_meaningful else 'dim' }}">{{ fmt(c.prefill_tok_s, 0) }}</td>
 <td>{{ fmt(c.decode_tok_s, 1) }}</td><td>{{ fmt(c.aggregate_tok_s, 1) }}</td>
@@ -57,7 +57,7 @@ server's usage. Aggregate: sum(N_out) / (last end - first sent).</p>
 <table><tr><th>Prompt</th><th>Concurrency</th><th>Generation tokens</th>
 <th>Prefix-cache hit rate</th><th>Preemptions</th><th>Mean queue (s)</th>
 <th>Acceptance rate</th><th>Mean acceptance length</th></tr>
-{% for c in rows %}<tr><td>{{ "{:,}".format(c.prompt_len) }}</td><td>{{ c.concurrency }}</td>
+{% for c in rows %}<tr><td>{{ "{:,}".format(c.prompt_len) }}</td><td>{{ c.load }}</td>
 <td>{{ fmt(c.server_generation_tokens, 0) }}</td><td>{{ pct(c.server_prefix_cache_hit_rate) }}</td>
 <td>{{ fmt(c.server_preemptions, 0) }}</td><td>{{ fmt(c.server_queue_time_mean_s, 4) }}</td>
 <td>{{ pct(c.spec_acceptance_rate) }}</td><td>{{ fmt(c.spec_mean_acceptance_length, 2) }}</td></tr>

@@ -22,10 +22,12 @@ def _pyplot() -> Any:
 def throughput_vs_concurrency(result: BenchResult, path: Path) -> Path:
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    by_prompt: dict[int, list[tuple[int, float | None, float | None]]] = defaultdict(list)
+    by_prompt: dict[int, list[tuple[float, float | None, float | None]]] = defaultdict(list)
+    open_loop = any(cell.request_rate is not None for cell in result.cells)
     for cell in result.cells:
         m = cell.metrics
-        by_prompt[cell.prompt_len].append((cell.concurrency, m.aggregate_tok_s, m.decode_tok_s))
+        x = cell.request_rate if cell.request_rate is not None else cell.concurrency
+        by_prompt[cell.prompt_len].append((x, m.aggregate_tok_s, m.decode_tok_s))
     for prompt_len, points in sorted(by_prompt.items()):
         points.sort()
         agg = [(c, a) for c, a, _ in points if a is not None]
@@ -36,15 +38,16 @@ def throughput_vs_concurrency(result: BenchResult, path: Path) -> Path:
             ax2.plot(*zip(*dec, strict=True), marker="o", label=f"{prompt_len:,} tok")
     ax1.set_title("Aggregate output tok/s")
     ax2.set_title("Decode tok/s per stream")
-    levels = sorted({cell.concurrency for cell in result.cells})
+    levels = sorted({x for points in by_prompt.values() for x, _, _ in points})
     for ax in (ax1, ax2):
-        ax.set_xlabel("concurrency")
+        ax.set_xlabel("requests/s (open loop)" if open_loop else "concurrency")
         ax.set_xticks(levels)
         ax.grid(alpha=0.3)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(title="prompt")
-    fig.suptitle(f"{result.model}: throughput vs concurrency")
+    load = "request rate" if open_loop else "concurrency"
+    fig.suptitle(f"{result.model}: throughput vs {load}")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -53,17 +56,19 @@ def throughput_vs_concurrency(result: BenchResult, path: Path) -> Path:
 def ttft_vs_prompt(result: BenchResult, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
-    by_conc: dict[int, list[tuple[int, float, float, float]]] = defaultdict(list)
+    by_conc: dict[tuple[float, str], list[tuple[int, float, float, float]]] = defaultdict(list)
     for cell in result.cells:
         t = cell.metrics.ttft_s
+        x = cell.request_rate if cell.request_rate is not None else cell.concurrency
         if t is not None:
-            by_conc[cell.concurrency].append((cell.prompt_len, t.p50, t.p50 - t.min, t.max - t.p50))
-    for conc, points in sorted(by_conc.items()):
+            by_conc[(x, cell.label)].append((cell.prompt_len, t.p50, t.p50 - t.min, t.max - t.p50))
+    for (_, conc), points in sorted(by_conc.items()):
         points.sort()
         xs = [p[0] for p in points]
         ys = [p[1] for p in points]
         err = [[p[2] for p in points], [p[3] for p in points]]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"c={conc}")
+        label = conc if conc.endswith("/s") else f"c={conc}"
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
     ax.set_xscale("log", base=2)
     lens = sorted({cell.prompt_len for cell in result.cells})
     ax.set_xticks(lens, [f"{n:,}" for n in lens])
@@ -72,7 +77,9 @@ def ttft_vs_prompt(result: BenchResult, path: Path) -> Path:
     ax.set_ylabel("TTFT (s): median, bars min-max over requests")
     ax.grid(alpha=0.3)
     if by_conc:
-        ax.legend(title="concurrency")
+        ax.legend(
+            title="concurrency" if all(c.request_rate is None for c in result.cells) else "load"
+        )
     ax.set_title(f"{result.model}: TTFT vs prompt length")
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -101,7 +108,7 @@ def acceptance_by_position(result: BenchResult, path: Path) -> Path:
             xs = [p.position + i * width for p in spec.per_position]
             ys = [p.rate or 0.0 for p in spec.per_position]
             mal = spec.mean_acceptance_length
-            label = f"{cell.prompt_len:,} x {cell.concurrency}" + (
+            label = f"{cell.prompt_len:,} x {cell.label}" + (
                 f" (mean len {mal:.2f})" if mal else ""
             )
             ax.bar(xs, ys, width=width, label=label)
