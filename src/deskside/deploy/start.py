@@ -1,7 +1,8 @@
 """The deploy's last stages: engines.
 
-    start      the running engines stopped (head first), then workers started, then the
-               head, then the services (proxy, monitoring; `deskside.deploy.services`);
+    start      the running engines stopped (the head first, then every worker at once),
+               then every worker started at once, then the head, then the services
+               (proxy, monitoring; `deskside.deploy.services`) on every node at once;
                each node's pid/log in its state file
     ready      `deskside.runtime.ready.wait_ready` over the nodes' logs and liveness, read
                over SSH; every service answering
@@ -38,9 +39,11 @@ def stop_ops(d: Deployment, states: Mapping[str, NodeState | None]) -> dict[str,
     return out
 
 
-def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
-    """Start each node's release (workers first, then the head, then the proxy)."""
-    ops: list[Op] = []
+def start_waves(d: Deployment, releases: Mapping[str, str]) -> list[list[Op]]:
+    """Start each node's release: every worker at once, then (once they all started) the
+    head, then the services (proxy, monitoring) on every node at once."""
+    workers: list[Op] = []
+    heads: list[Op] = []
     started = d.now()
     for node in d.start_order:
         rid = releases[node]
@@ -55,7 +58,7 @@ def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
             control=d.controls[node].kind,
             started_at=iso(started),
         )
-        ops += d.controls[node].start_ops(
+        ops = d.controls[node].start_ops(
             node,
             state,
             argv=("sh", f"{release}/launch.sh"),
@@ -63,13 +66,23 @@ def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
             log=d.layout.engine_log(rid, stamp(started)),
             what=f"starting {la.role} {node} (node rank {la.node_rank}, release {rid})",
         )
+        # vLLM's multi-node start: the head (rank 0) waits for the headless workers
+        (heads if la.role == "head" else workers).extend(ops)
     rid = releases[d.head]
     states = {
-        op.node: op.state for op in ops if isinstance(op, Spawn | Record) and op.state is not None
+        op.node: op.state
+        for op in workers + heads
+        if isinstance(op, Spawn | Record) and op.state is not None
     }
     services, d.services, notes = service_ops(d, rid, states)
     d.report.notes += [n for n in notes if n not in d.report.notes]
-    return ops + services
+    return [workers, heads, services]
+
+
+def stop_waves(d: Deployment, stops: Mapping[str, list[Op]]) -> list[list[Op]]:
+    """Stopping engines: the head first (no new requests), then every worker at once."""
+    head = stops.get(d.head, [])
+    return [head, [op for node in d.stop_order if node != d.head for op in stops.get(node, [])]]
 
 
 def start(d: Deployment) -> Outcome:
@@ -78,15 +91,18 @@ def start(d: Deployment) -> Outcome:
         return Outcome("engines left running", skipped=True)
     assert d.rid is not None
     d.old_stops = stop_ops(d, {n: s for n, s in d.old_states.items() if d.old_alive.get(n)})
-    ops: list[Op] = [op for node in d.stop_order for op in d.old_stops.get(node, [])]
     # `down` finds the nodes even if this process dies during the start
-    ops.append(Local("record the deploy on this machine", lambda: d.record(d.rid, ready=False)))
-    ops += start_ops(d, dict.fromkeys(d.nodes, d.rid))
+    here = Local("record the deploy on this machine", lambda: d.record(d.rid, ready=False))
+    waves: list[list[Op]] = [
+        *stop_waves(d, d.old_stops),
+        [here],
+        *start_waves(d, dict.fromkeys(d.nodes, d.rid)),
+    ]
 
     def started(executed: Executed) -> None:
         d.old_alive = dict.fromkeys(d.old_alive, False)
 
-    return Outcome(f"{len(d.nodes)} nodes started", ops, after=started)
+    return Outcome(f"{len(d.nodes)} nodes started", waves=[w for w in waves if w], after=started)
 
 
 def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
