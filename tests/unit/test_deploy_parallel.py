@@ -19,6 +19,7 @@ import pytest
 
 from deskside.deploy import releases as rel
 from deskside.deploy.runtime import deploy
+from deskside.deploy.start import PollRound
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.planner.inputs import plan_recipe
@@ -26,6 +27,7 @@ from deskside.recipe.load import load_recipe
 from deskside.runtime import node_sh
 from deskside.runtime.ops import Executed, NodesFailed, OpFailed, Run, at_once, execute_waves
 from deskside.runtime.pipeline import Outcome, UpOptions, UpReport
+from deskside.runtime.ready import Watched
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
@@ -344,3 +346,21 @@ def test_a_worker_that_fails_to_start_rolls_back_the_workers_that_did(tmp_path: 
     for host in c.hosts.values():
         assert host.links[c.paths.current] == f"releases/{good.release}"
         assert host.state is not None and host.alive == {host.state["pid"]}
+
+
+def test_readiness_polls_every_node_at_once_each_getting_its_own_answer() -> None:
+    gate = Gate(3)
+    count = {"a": 0, "b": 0, "c": 0}
+
+    def poll_of(name: str) -> Any:
+        def poll() -> tuple[bool, bytes]:
+            gate()  # one after the other, the first would wait here alone
+            count[name] += 1
+            return True, f"{name}{count[name]}\n".encode()
+
+        return poll
+
+    nodes = [Watched(n, "worker", n, poll_of(n)) for n in count]
+    PollRound(nodes)
+    for expected in (1, 2):
+        assert [n.poll() for n in nodes] == [(True, f"{n}{expected}\n".encode()) for n in count]

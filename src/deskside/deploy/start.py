@@ -5,7 +5,7 @@
                (proxy, monitoring; `deskside.deploy.services`) on every node at once;
                each node's pid/log in its state file
     ready      `deskside.runtime.ready.wait_ready` over the nodes' logs and liveness, read
-               over SSH; every service answering
+               over SSH (every node at once); every service answering
     contract   one completion for every served name, through the proxy when configured,
                else through the head
 
@@ -15,16 +15,17 @@ engines alone and only checks readiness and the contract.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 
 from deskside import secrets
 from deskside.deploy.deployment import Deployment, iso
 from deskside.deploy.services import service_ops
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import watched
-from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, stamp
+from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, at_once, stamp
 from deskside.runtime.pipeline import Outcome
-from deskside.runtime.ready import wait_ready
+from deskside.runtime.ready import Watched, wait_ready
 from deskside.runtime.records import NodeState
 from deskside.runtime.service_start import wait_services
 
@@ -105,8 +106,25 @@ def start(d: Deployment) -> Outcome:
     return Outcome(f"{len(d.nodes)} nodes started", waves=[w for w in waves if w], after=started)
 
 
+class PollRound:
+    """The readiness loop polls its nodes one after the other; this polls every node at
+    once when the loop asks for one it has no answer for, and hands each node its own."""
+
+    def __init__(self, nodes: Sequence[Watched]) -> None:
+        self.polls = {n.name: n.poll for n in nodes}
+        self.answers: dict[str, tuple[bool, bytes]] = {}
+        for n in nodes:
+            n.poll = functools.partial(self.poll, n.name)
+
+    def poll(self, node: str) -> tuple[bool, bytes]:
+        if node not in self.answers:
+            self.answers = at_once(self.polls, lambda n: self.polls[n]())
+        return self.answers.pop(node)
+
+
 def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
-    """Readiness of the engines `states` describe; the proxy's too."""
+    """Readiness of the engines `states` describe (every node polled at once); the
+    services' too."""
     nodes = [
         watched(
             node,
@@ -118,6 +136,7 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
         for node in d.start_order
         if node in states
     ]
+    PollRound(nodes)
     found = wait_ready(
         api_url=d.report.api_url,
         served_names=d.report.served_names,
