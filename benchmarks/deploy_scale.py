@@ -234,7 +234,8 @@ def hosts_cpu(hosts: SshHosts) -> float:
     return total / tick
 
 
-def one_deploy(hosts: SshHosts, count: int, name: str, folder: Path) -> float:
+def one_deploy(hosts: SshHosts, count: int, name: str, folder: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and the hosts) of one deploy."""
     python = folder / f"{name}-engine" / "python"
     recipe_path = write_recipe(folder, recipe_data(hosts, count, name, python), f"{name}.yaml")
     recipe = load_recipe(recipe_path)
@@ -259,7 +260,7 @@ def one_deploy(hosts: SshHosts, count: int, name: str, folder: Path) -> float:
             left = down(run, grace=5, transports=plain)
             if left:
                 print(f"{name}: down left {left}", file=sys.stderr)
-    return seconds
+    return seconds, sum(mine + theirs for mine, theirs in book.cpu.values())
 
 
 def show(name: str, count: int, report: UpReport, book: Book, seconds: float) -> None:
@@ -289,6 +290,10 @@ def plain_login_shell() -> None:
     sshd_hosts._sshd_config = config
 
 
+def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
 def main() -> None:
     ok, why = can_run()
     if not ok:
@@ -304,7 +309,7 @@ def main() -> None:
         print(f"login shell: {shell} (DESKSIDE_BENCH_SHELL=plain|as-is)")
         with ssh_hosts(base / "hosts", "s", 4, base / "node-root") as hosts:
             if os.environ.get("DESKSIDE_BENCH_WARMUP", "1") != "0":
-                warm = one_deploy(hosts, 2, "scale-warmup", recipes)
+                warm, _ = one_deploy(hosts, 2, "scale-warmup", recipes)
                 print(f"(warm-up, not counted: {warm:.2f} s)")
             t2s, t4s = [], []
             for i in range(int(os.environ.get("DESKSIDE_BENCH_ROUNDS", "1"))):
@@ -312,8 +317,10 @@ def main() -> None:
                 t2s.append(one_deploy(hosts, 2, f"scale-2-r{i}", recipes))
                 t4s.append(one_deploy(hosts, 4, f"scale-4-r{i}", recipes))
             ssh.close_all()
-    t2, t4 = statistics.median(t2s), statistics.median(t4s)
+    (t2, c2), (t4, c4) = medians(t2s), medians(t4s)
     of = f" (median of {len(t2s)})" if len(t2s) > 1 else ""
+    # the hosts share this machine's cores: wall time cannot shrink below CPU / cores
+    print(f"cpu_seconds_2_hosts: {c2:.2f}  cpu_seconds_4_hosts: {c4:.2f}  ratio {c4 / c2:.2f}")
     print(f"deploy_seconds_2_hosts: {t2:.2f}{of}")
     print(f"deploy_seconds_4_hosts: {t4:.2f}{of}")
     print(f"scale_ratio: {t4 / t2:.3f}")
