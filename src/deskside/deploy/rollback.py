@@ -1,6 +1,8 @@
 """Rollback after a failed start, readiness or contract: the new engines are stopped,
 `current` is switched back to each node's previous release, which is started (workers
-first) and waited for again. Reported, never raised past the deploy."""
+first) and waited for again. Every step runs on every node at once where the order does
+not matter (stopping: the head first, then the workers; starting: the workers, then the
+head). Reported, never raised past the deploy."""
 
 from __future__ import annotations
 
@@ -8,23 +10,25 @@ import time
 
 from deskside.deploy.deployment import Deployment
 from deskside.deploy.stages import switch_back
-from deskside.deploy.start import contract, start_ops, wait_started
-from deskside.runtime.ops import Executed, execute
+from deskside.deploy.start import contract, start_waves, wait_started
+from deskside.runtime.ops import Executed, at_once, execute_waves
 from deskside.runtime.pipeline import RollbackRecord, describe
 from deskside.runtime.records import NodeState, remove_state
 
 
 def _stop(d: Deployment, states: dict[str, NodeState]) -> list[str]:
-    """Stop the engines `states` describe, head first; the nodes that did not stop."""
-    left = []
-    for node in d.stop_order:
-        state = states.get(node)
-        if state is None:
-            continue
+    """Stop the engines `states` describe: the head first, then every worker at once; the
+    nodes that did not stop."""
+
+    def stop(node: str) -> bool:
+        state = states[node]
         d.say(f"stopping {state.role} {node} (release {state.release})")
-        if not d.controls[node].stop(d.t(node), state, d.options.grace):
-            left.append(node)
-    return left
+        return d.controls[node].stop(d.t(node), state, d.options.grace)
+
+    head = [n for n in d.stop_order if n == d.head and n in states]
+    workers = [n for n in d.stop_order if n != d.head and n in states]
+    stopped = {**at_once(head, stop), **at_once(workers, stop)}
+    return [n for n in d.stop_order if n in stopped and not stopped[n]]
 
 
 def rollback(d: Deployment) -> RollbackRecord:
@@ -47,8 +51,7 @@ def rollback(d: Deployment) -> RollbackRecord:
             stopped,
         )
     if not all(prev.get(n) for n in d.nodes):
-        for node in d.nodes:
-            remove_state(d.t(node), d.layout)
+        at_once(d.nodes, lambda n: remove_state(d.t(n), d.layout))
         d.executed = Executed()
         d.record(None, ready=False)
         return RollbackRecord(
@@ -61,7 +64,7 @@ def rollback(d: Deployment) -> RollbackRecord:
     releases = {n: r for n, r in prev.items() if r}
     d.executed = Executed()
     try:
-        execute(start_ops(d, releases), d.transports, d.executed, d.say)
+        execute_waves(start_waves(d, releases), d.transports, d.executed, d.say)
         d.report.logged_kv_cache_line = wait_started(d, d.executed.states)
         contract(d)
     except Exception as exc:  # reported, never raised past the deploy

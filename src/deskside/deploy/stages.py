@@ -10,16 +10,18 @@
     push       every node's bundle folder (the head's with `cluster/`) into a staging
                folder, renamed into a release folder when complete; the local model folder
                where `deskside.layout.model_upload` says; the proxy key (0600) on the head;
-               then every node's `current` link switched to the new release
+               then, once every node has all of it, every node's `current` link switched
+               to the new release
 
-Preflight and diff only read (they run in a dry run too); push returns operations.
+Preflight and diff only read (they run in a dry run too), every node at once
+(`deskside.runtime.ops.at_once`); push returns operations in two waves (the files, then
+the switch), each carried out on every node at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 
 from deskside import lock as lockfile
@@ -27,17 +29,17 @@ from deskside import secrets
 from deskside.deploy import preflight as pf
 from deskside.deploy import releases as rel
 from deskside.deploy.deployment import Deployment, StageFailed
+from deskside.deploy.node_facts import look, model_transports
 from deskside.doctor import match
-from deskside.errors import DesksideError, PlanRefused, UsageError
+from deskside.errors import PlanRefused, UsageError
 from deskside.layout import MANIFEST_FILE, model_upload
 from deskside.models.check import model_findings
 from deskside.render.assemble import render
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.render.proxy import HEAD_KEY_FILE
 from deskside.runtime.control import Control, control_kind
-from deskside.runtime.ops import Executed, Op, Put, Run, Upload, execute
+from deskside.runtime.ops import Executed, Op, Put, Run, Upload, at_once, execute
 from deskside.runtime.pipeline import Outcome
-from deskside.runtime.records import read_state
 from deskside.safefs import folder_files
 from deskside.units import MIB
 
@@ -62,66 +64,32 @@ def _upload_bytes(d: Deployment) -> int:
 
 def preflight(d: Deployment) -> Outcome:
     recipe = d.recipe
-    findings: list[pf.Finding] = []
-    need = _upload_bytes(d) + MIB
     base = Control(
         control_kind(recipe.runtime.systemd, recipe.runtime.kind),
         recipe.runtime.kind,
         d.layout,
         compose_program=recipe.runtime.compose,
     )
-    head_launch = d.launch(d.head)
+    need = _upload_bytes(d) + MIB
+    # every node at once; what compares them runs on the answers, in the recipe's order
+    looks = at_once(d.nodes, lambda n: look(d, d.nodes[n], base, need))
+    findings: list[pf.Finding] = []
     matched: list[match.NodeMatch] = []
-    for node in recipe.cluster.nodes:
-        t = d.t(node.name)
-        argv = pf.facts_command(
-            d.layout.recipe_dir,
-            python=pf.node_python(recipe) if recipe.runtime.kind == "native" else None,
-            compose=recipe.runtime.compose if recipe.runtime.kind == "container" else None,
-            programs=list(pf.service_programs(recipe, node.role == "head")),
-            key_file=recipe.proxy.master_key_file if node.role == "head" else None,
-            # what must match across the nodes, in the same round trip
-            then=match.preflight_args(recipe, node, d.launch(node.name).env_dict),
-        )
-        try:
-            sent = time.time()
-            r = t.run(argv, timeout=60)
-            received = time.time()
-        except DesksideError as exc:
-            findings.append(pf.Finding(node.name, exc.message, exc.hint))
-            continue
-        if not r.ok:
-            findings.append(
-                pf.Finding(node.name, f"preflight probe failed (exit {r.rc}): {r.stderr[-300:]}")
-            )
-            continue
-        facts = pf.parse_facts(r.stdout)
-        matched.append(match.read_preflight(recipe, node, r.stdout, sent, received))
-        control = base.with_sudo(() if facts.root or base.kind == "process" else ("sudo", "-n"))
-        d.controls[node.name] = control
-        try:
-            state = read_state(t, d.layout, recipe.name)
-        except DesksideError as exc:
-            findings.append(pf.Finding(node.name, exc.message, exc.hint))
-            continue
-        d.old_states[node.name] = state
-        d.old_alive[node.name] = state is not None and control.alive(t, state)
-        check = pf.check_node(
-            facts,
-            recipe=recipe,
-            node=node,
-            recipe_dir=d.layout.recipe_dir,
-            own_engine_running=d.old_alive[node.name],
-            need_bytes=need,
-            head_ports=pf.head_ports(recipe, head_launch.ports),
-        )
-        findings.extend(check.problems)
-        d.report.notes.extend(check.notes)
+    for name, seen in looks.items():
+        findings += seen.findings
+        d.report.notes.extend(seen.notes)
+        if seen.matched is not None:
+            matched.append(seen.matched)
+        if seen.control is not None:
+            d.controls[name] = seen.control
+        if seen.state_read:
+            d.old_states[name] = seen.state
+            d.old_alive[name] = seen.alive
     drift, notes = match.refusal(match.compare(matched), d.recipe_path)
     findings += [pf.Finding(f.node, f.what, f.fix) for f in drift]
     d.report.notes += notes
     # a pinned revision: every worker holds the head's snapshot (quick, from the records)
-    model, notes = model_findings(recipe, {n: d.t(n) for n in d.nodes}, str(d.recipe_path))
+    model, notes = model_findings(recipe, model_transports(d, looks), str(d.recipe_path))
     findings += [pf.Finding(n, what, fix) for n, what, fix in model]
     d.report.notes += notes
     if findings:
@@ -161,12 +129,30 @@ def model_manifest(folder: Path) -> bytes:
     return json.dumps(entries, sort_keys=True).encode()
 
 
+def _node_release(d: Deployment, node: str, manifest: str | None) -> tuple[str | None, bool]:
+    """(the node's current release, whether it holds the model folder's manifest)."""
+    t = d.t(node)
+    r = t.run(rel.read_current(d.layout))
+    held = False
+    if manifest is not None:
+        try:
+            held = t.get(manifest) == d.model_manifest
+        except FileNotFoundError:
+            held = False
+    return (rel.parse_current(r.stdout) if r.ok else None), held
+
+
 def diff(d: Deployment) -> Outcome:
     assert d.bundle is not None
     head = d.t(d.head)
-    for node in d.recipe.cluster.nodes:
-        r = d.t(node.name).run(rel.read_current(d.layout))
-        d.previous[node.name] = rel.parse_current(r.stdout) if r.ok else None
+    upload = model_upload(d.recipe, d.recipe_path)
+    remote = None
+    if upload is not None:
+        d.model_manifest = model_manifest(upload[0])
+        remote = f"{upload[1]}/{MANIFEST_FILE}"
+    seen = at_once(d.nodes, lambda n: _node_release(d, n, remote))
+    d.previous.update({n: current for n, (current, _) in seen.items()})
+    d.model_changed = upload is not None and not all(held for _, held in seen.values())
     lock_path = f"{d.layout.current}/{lockfile.LOCK_PATH}"
     try:
         d.old_lock = lockfile.parse_lock(head.get(lock_path).decode(), f"{d.head}:{lock_path}")
@@ -176,19 +162,6 @@ def diff(d: Deployment) -> Outcome:
         d.report.notes.append(f"{exc.message}; comparing against an empty deployment")
         d.old_lock = None
     d.report.diffs = lockfile.diff(d.old_lock, d.bundle)
-    upload = model_upload(d.recipe, d.recipe_path)
-    if upload is not None:
-        d.model_manifest = model_manifest(upload[0])
-        remote = f"{upload[1]}/{MANIFEST_FILE}"
-        seen = []
-        for node in d.recipe.cluster.nodes:
-            try:
-                seen.append(d.t(node.name).get(remote) == d.model_manifest)
-            except FileNotFoundError:
-                seen.append(False)
-        d.model_changed = not all(seen)
-    else:
-        d.model_changed = False
     files_same = not any(h.changes_anything for h in d.report.diffs)
     d.unchanged = (
         files_same
@@ -215,9 +188,15 @@ def _new_release_id(d: Deployment, lock_text: bytes) -> str:
     """A release id no node has yet (a fact per node)."""
     base = rel.release_id(d.now(), hashlib.sha256(lock_text).hexdigest())
     rid, suffix = base, 2
-    while any(d.t(n).run(["test", "-e", d.layout.release(rid)]).ok for n in d.nodes):
+    while any(_taken(d, rid).values()):
         rid, suffix = f"{base}-{suffix}", suffix + 1
     return rid
+
+
+def _taken(d: Deployment, rid: str) -> dict[str, bool]:
+    """Which nodes have a release `rid` already (every node at once)."""
+    argv = ["test", "-e", d.layout.release(rid)]
+    return at_once(d.nodes, lambda n: d.t(n).run(argv).ok)
 
 
 def _tree_ops(d: Deployment, node: str, folder: str, base: str) -> list[Op]:
@@ -296,14 +275,15 @@ def _switched(d: Deployment, done: Executed) -> list[str]:
 def switch_back(d: Deployment, nodes: list[str]) -> list[str]:
     """Point each node's `current` at its previous release again (or remove it where there
     was none), now; returns what could not be done."""
-    problems = []
-    for node in nodes:
+
+    def back(node: str) -> str | None:
         prev = d.previous.get(node)
         argv = rel.switch_current(d.layout, prev) if prev else rel.remove_current(d.layout)
         r = d.t(node).run(argv)
-        if not r.ok:
-            problems.append(f"{node}: {(r.stderr or r.stdout).strip()[-200:]}")
-    return problems
+        return None if r.ok else f"{node}: {(r.stderr or r.stdout).strip()[-200:]}"
+
+    done = at_once(nodes, back)
+    return [problem for problem in done.values() if problem]
 
 
 def push(d: Deployment) -> Outcome:
@@ -313,28 +293,32 @@ def push(d: Deployment) -> Outcome:
         return Outcome("nothing changed and every engine runs", skipped=True)
     rid = _new_release_id(d, d.bundle[lockfile.LOCK_PATH])
     d.rid = rid
-    ops: list[Op] = []
+    # every node at once: its release folder, the model folder, the secrets (head); then,
+    # once every node has all of it, every node's `current` switched
+    files: list[Op] = []
     for node in d.recipe.cluster.nodes:
         name = node.name
         mounts = rel.container_mounts(d.recipe, d.layout, node.role == "head")
         staging = d.layout.staging(rid)
-        ops.append(Run(name, tuple(rel.prepare_dirs(d.layout, mounts)), "creating folders"))
-        ops.append(
+        files.append(Run(name, tuple(rel.prepare_dirs(d.layout, mounts)), "creating folders"))
+        files.append(
             Run(name, tuple(rel.clear_staging(d.layout, rid)), "clearing the staging folder")
         )
-        ops += _tree_ops(d, name, name, staging)
+        files += _tree_ops(d, name, name, staging)
         if node.role == "head":
-            ops += _tree_ops(d, name, CLUSTER_DIR, f"{staging}/cluster")
-        ops.append(
+            files += _tree_ops(d, name, CLUSTER_DIR, f"{staging}/cluster")
+        files.append(
             Run(name, tuple(rel.commit_release(d.layout, rid)), "committing the release folder")
         )
     upload = model_upload(d.recipe, d.recipe_path)
     if upload is not None and d.model_changed:
         for node in d.recipe.cluster.nodes:
-            ops += _model_ops(d, node.name, upload[0], upload[1], rid)
-    ops += _secret_ops(d)
-    for node in d.recipe.cluster.nodes:
-        ops.append(Run(node.name, tuple(rel.switch_current(d.layout, rid)), "switching current"))
+            files += _model_ops(d, node.name, upload[0], upload[1], rid)
+    files += _secret_ops(d)
+    switch: list[Op] = [
+        Run(node.name, tuple(rel.switch_current(d.layout, rid)), "switching current")
+        for node in d.recipe.cluster.nodes
+    ]
 
     def done(executed: Executed) -> None:
         d.switched = _switched(d, executed)
@@ -343,13 +327,14 @@ def push(d: Deployment) -> Outcome:
         d.switched = []
         switch_back(d, _switched(d, executed))
 
-    return Outcome(f"release {rid}", ops, after=done, undo=undo)
+    return Outcome(f"release {rid}", waves=[files, switch], after=done, undo=undo)
 
 
 def prune_old_releases(d: Deployment) -> None:
     """After a good deploy: keep the newest releases (and the previous one) on each node."""
     protect = {r for r in (d.rid, *d.previous.values()) if r}
-    for node in d.nodes:
+
+    def prune(node: str) -> None:
         r = d.t(node).run(rel.list_releases(d.layout))
         old = rel.releases_to_prune(r.stdout, d.options.keep_releases, protect) if r.ok else []
         if old:
@@ -358,3 +343,5 @@ def prune_old_releases(d: Deployment) -> None:
                 d.transports,
                 Executed(),
             )
+
+    at_once(d.nodes, prune)

@@ -1,10 +1,11 @@
 """The deploy's last stages: engines.
 
-    start      the running engines stopped (head first), then workers started, then the
-               head, then the services (proxy, monitoring; `deskside.deploy.services`);
+    start      the running engines stopped (the head first, then every worker at once),
+               then every worker started at once, then the head, then the services
+               (proxy, monitoring; `deskside.deploy.services`) on every node at once;
                each node's pid/log in its state file
     ready      `deskside.runtime.ready.wait_ready` over the nodes' logs and liveness, read
-               over SSH; every service answering
+               over SSH (every node at once); every service answering
     contract   one completion for every served name, through the proxy when configured,
                else through the head
 
@@ -14,16 +15,17 @@ engines alone and only checks readiness and the contract.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 
 from deskside import secrets
 from deskside.deploy.deployment import Deployment, iso
 from deskside.deploy.services import service_ops
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import watched
-from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, stamp
+from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, at_once, stamp
 from deskside.runtime.pipeline import Outcome
-from deskside.runtime.ready import wait_ready
+from deskside.runtime.ready import Watched, wait_ready
 from deskside.runtime.records import NodeState
 from deskside.runtime.service_start import wait_services
 
@@ -38,9 +40,11 @@ def stop_ops(d: Deployment, states: Mapping[str, NodeState | None]) -> dict[str,
     return out
 
 
-def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
-    """Start each node's release (workers first, then the head, then the proxy)."""
-    ops: list[Op] = []
+def start_waves(d: Deployment, releases: Mapping[str, str]) -> list[list[Op]]:
+    """Start each node's release: every worker at once, then (once they all started) the
+    head, then the services (proxy, monitoring) on every node at once."""
+    workers: list[Op] = []
+    heads: list[Op] = []
     started = d.now()
     for node in d.start_order:
         rid = releases[node]
@@ -55,7 +59,7 @@ def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
             control=d.controls[node].kind,
             started_at=iso(started),
         )
-        ops += d.controls[node].start_ops(
+        ops = d.controls[node].start_ops(
             node,
             state,
             argv=("sh", f"{release}/launch.sh"),
@@ -63,13 +67,23 @@ def start_ops(d: Deployment, releases: Mapping[str, str]) -> list[Op]:
             log=d.layout.engine_log(rid, stamp(started)),
             what=f"starting {la.role} {node} (node rank {la.node_rank}, release {rid})",
         )
+        # vLLM's multi-node start: the head (rank 0) waits for the headless workers
+        (heads if la.role == "head" else workers).extend(ops)
     rid = releases[d.head]
     states = {
-        op.node: op.state for op in ops if isinstance(op, Spawn | Record) and op.state is not None
+        op.node: op.state
+        for op in workers + heads
+        if isinstance(op, Spawn | Record) and op.state is not None
     }
     services, d.services, notes = service_ops(d, rid, states)
     d.report.notes += [n for n in notes if n not in d.report.notes]
-    return ops + services
+    return [workers, heads, services]
+
+
+def stop_waves(d: Deployment, stops: Mapping[str, list[Op]]) -> list[list[Op]]:
+    """Stopping engines: the head first (no new requests), then every worker at once."""
+    head = stops.get(d.head, [])
+    return [head, [op for node in d.stop_order if node != d.head for op in stops.get(node, [])]]
 
 
 def start(d: Deployment) -> Outcome:
@@ -78,19 +92,39 @@ def start(d: Deployment) -> Outcome:
         return Outcome("engines left running", skipped=True)
     assert d.rid is not None
     d.old_stops = stop_ops(d, {n: s for n, s in d.old_states.items() if d.old_alive.get(n)})
-    ops: list[Op] = [op for node in d.stop_order for op in d.old_stops.get(node, [])]
     # `down` finds the nodes even if this process dies during the start
-    ops.append(Local("record the deploy on this machine", lambda: d.record(d.rid, ready=False)))
-    ops += start_ops(d, dict.fromkeys(d.nodes, d.rid))
+    here = Local("record the deploy on this machine", lambda: d.record(d.rid, ready=False))
+    waves: list[list[Op]] = [
+        *stop_waves(d, d.old_stops),
+        [here],
+        *start_waves(d, dict.fromkeys(d.nodes, d.rid)),
+    ]
 
     def started(executed: Executed) -> None:
         d.old_alive = dict.fromkeys(d.old_alive, False)
 
-    return Outcome(f"{len(d.nodes)} nodes started", ops, after=started)
+    return Outcome(f"{len(d.nodes)} nodes started", waves=[w for w in waves if w], after=started)
+
+
+class PollRound:
+    """The readiness loop polls its nodes one after the other; this polls every node at
+    once when the loop asks for one it has no answer for, and hands each node its own."""
+
+    def __init__(self, nodes: Sequence[Watched]) -> None:
+        self.polls = {n.name: n.poll for n in nodes}
+        self.answers: dict[str, tuple[bool, bytes]] = {}
+        for n in nodes:
+            n.poll = functools.partial(self.poll, n.name)
+
+    def poll(self, node: str) -> tuple[bool, bytes]:
+        if node not in self.answers:
+            self.answers = at_once(self.polls, lambda n: self.polls[n]())
+        return self.answers.pop(node)
 
 
 def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
-    """Readiness of the engines `states` describe; the proxy's too."""
+    """Readiness of the engines `states` describe (every node polled at once); the
+    services' too."""
     nodes = [
         watched(
             node,
@@ -102,6 +136,7 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
         for node in d.start_order
         if node in states
     ]
+    PollRound(nodes)
     found = wait_ready(
         api_url=d.report.api_url,
         served_names=d.report.served_names,

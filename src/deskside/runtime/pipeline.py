@@ -22,7 +22,7 @@ import httpx
 
 from deskside.errors import DesksideError
 from deskside.lock import HostDiff
-from deskside.runtime.ops import Executed, Op, execute, transcript_lines
+from deskside.runtime.ops import Executed, Op, execute, execute_waves, transcript_lines
 from deskside.transport.base import Transport
 
 Progress = Callable[[str], None]
@@ -47,6 +47,7 @@ class StageRecord:
     status: str  # ok | failed | skipped | planned (a dry run's stage)
     seconds: float
     detail: str = ""
+    hosts: dict[str, float] = field(default_factory=dict)  # node -> seconds on its operations
 
 
 @dataclass
@@ -95,7 +96,10 @@ class UpReport:
 
 @dataclass
 class Outcome:
-    """What a stage found and wants done."""
+    """What a stage found and wants done: `ops` in order, or `waves` of them: one wave after
+    the other, each node's operations of a wave in order, the nodes at once
+    (`deskside.runtime.ops.execute_waves`); `ops` is then every wave's, in planned order
+    (what a dry run lists)."""
 
     detail: str
     ops: list[Op] = field(default_factory=list)
@@ -103,6 +107,12 @@ class Outcome:
     after: Callable[[Executed], None] | None = None  # once the ops are done
     undo: Callable[[Executed], None] | None = None  # when an op failed part way
     planned: list[tuple[str, str]] = field(default_factory=list)  # dry run: (node, check)
+    waves: list[list[Op]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.waves:
+            assert not self.ops, "an outcome has ops or waves, not both"
+            self.ops = [op for wave in self.waves for op in wave]
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,11 @@ def describe(exc: BaseException, hint: bool = True) -> str:
     if isinstance(exc, DesksideError):
         return exc.message + (f"\n  {exc.hint}" if hint and exc.hint else "")
     return f"{type(exc).__name__}: {exc}"
+
+
+def _spent(before: Mapping[str, float], now: Mapping[str, float]) -> dict[str, float]:
+    """Seconds each node spent on operations since `before` (nodes that had some)."""
+    return {n: round(s - before.get(n, 0.0), 3) for n, s in now.items() if s > before.get(n, 0.0)}
 
 
 def run_stages(
@@ -133,6 +148,7 @@ def run_stages(
     rolling = False
     for stage in stages:
         started = time.monotonic()
+        before = dict(executed.seconds)
         rolling = rolling or stage.rolls_back
         say(stage.name)
         try:
@@ -146,7 +162,10 @@ def run_stages(
             elif outcome.ops:
                 mark = len(executed.done)
                 try:
-                    execute(outcome.ops, transports, executed, say)
+                    if outcome.waves:
+                        execute_waves(outcome.waves, transports, executed, say)
+                    else:
+                        execute(outcome.ops, transports, executed, say)
                 except BaseException:
                     if outcome.undo is not None:
                         outcome.undo(Executed(executed.done[mark:], executed.states))
@@ -154,7 +173,14 @@ def run_stages(
                 if outcome.after is not None:
                     outcome.after(executed)
         except Exception as exc:
-            report.stages.append(StageRecord(stage.name, "failed", time.monotonic() - started))
+            report.stages.append(
+                StageRecord(
+                    stage.name,
+                    "failed",
+                    time.monotonic() - started,
+                    hosts=_spent(before, executed.seconds),
+                )
+            )
             report.failed_stage = stage.name
             report.error = describe(exc, hint=False)
             if isinstance(exc, DesksideError):
@@ -187,7 +213,13 @@ def run_stages(
         elif dry_run and (outcome.ops or outcome.planned):
             status = "planned"
         report.stages.append(
-            StageRecord(stage.name, status, time.monotonic() - started, outcome.detail)
+            StageRecord(
+                stage.name,
+                status,
+                time.monotonic() - started,
+                outcome.detail,
+                _spent(before, executed.seconds),
+            )
         )
     report.ok = True
     report.seconds = time.monotonic() - t0
