@@ -176,8 +176,8 @@ def test_multi_turn_conversations_hit_the_prefix_cache(
     cluster: dict[str, object], home: Path
 ) -> None:
     """Three turns of two conversations, each turn resending the conversation so far: the
-    engine's own prefix-cache counter (vllm:prefix_cache_hits) counts cached prompt tokens
-    from the second turn on; the first turn's fresh prompts hit nothing."""
+    engine's own prefix-cache counter (vllm:prefix_cache_hits) counts more cached prompt
+    tokens in the second and third turns than in the first, whose prompts are fresh."""
     from deskside.bench.prefix_check import prefix_cache_over_turns
 
     url = str(cluster["api_url"])
@@ -193,7 +193,10 @@ def test_multi_turn_conversations_hit_the_prefix_cache(
     assert check.cached_tokens is not None and check.cached_tokens > 0
     assert len(check.per_turn_hits) == 3
     first, *later = check.per_turn_hits
-    assert first == 0 and all(h is not None and h > 0 for h in later), check.per_turn_hits
+    # the first turn's prompts are fresh (at most a shared chat-template block hits)
+    assert first is not None and all(h is not None and h > first for h in later), (
+        check.per_turn_hits
+    )
 
 
 def test_every_prometheus_target_is_up(cluster: dict[str, object]) -> None:
