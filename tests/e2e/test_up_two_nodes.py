@@ -172,33 +172,6 @@ PROMETHEUS = "http://10.77.0.1:9090"
 DECLARED_ABSENT = {"no GPU on this machine", "no RDMA device on this machine"}
 
 
-def test_multi_turn_conversations_hit_the_prefix_cache(
-    cluster: dict[str, object], home: Path
-) -> None:
-    """Three turns of two conversations, each turn resending the conversation so far: the
-    engine's own prefix-cache counter (vllm:prefix_cache_hits) counts more cached prompt
-    tokens in the second and third turns than in the first, whose prompts are fresh."""
-    from deskside.bench.prefix_check import prefix_cache_over_turns
-
-    url = str(cluster["api_url"])
-    check = prefix_cache_over_turns(
-        url,
-        model="tiny",
-        api_key=engine_key(home),
-        tokenizer=str(home / "models" / "tiny-deepseek-v3"),
-        prompt_len=96,
-        max_tokens=8,
-    )
-    print(check.per_turn_hits, check.per_turn_usage_cached)
-    assert check.cached_tokens is not None and check.cached_tokens > 0
-    assert len(check.per_turn_hits) == 3
-    first, *later = check.per_turn_hits
-    # the first turn's prompts are fresh (at most a shared chat-template block hits)
-    assert first is not None and all(h is not None and h > first for h in later), (
-        check.per_turn_hits
-    )
-
-
 def test_every_prometheus_target_is_up(cluster: dict[str, object]) -> None:
     """Prometheus (in the head's namespace) scrapes the engine, both node_exporters, both
     deskside exporters and itself, and every target is up."""
