@@ -106,6 +106,38 @@ def existing_namespaces(root: Transport) -> set[str]:
     return {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
 
 
+def link_names(ip_o_link: str) -> set[str]:
+    """Link names from `ip -o link show` (`534: ds-node1-h@if2: <...> ...`)."""
+    names = set()
+    for line in ip_o_link.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[0].strip().isdigit():
+            names.add(parts[1].strip().split("@", 1)[0])
+    return names
+
+
+def stale_links(net: LocalNet, existing: set[str], links: set[str]) -> list[str]:
+    """Host-side veths of namespaces that do not exist: a namespace deleted while a process
+    still held it keeps its pair alive, and creating the namespace again would fail with
+    "File exists". Reported, never deleted (deskside cannot prove they are its own)."""
+    return [
+        host_side
+        for ns, _, host_side, _ in net.namespaces
+        if ns not in existing and host_side in links
+    ]
+
+
+def stale_link_error(names: list[str]) -> DesksideError:
+    shown = ", ".join(names)
+    return DesksideError(
+        f"network link {shown} already exists while its namespace does not: left by an "
+        "earlier run whose namespace a process still holds (a leftover engine rank)",
+        hint=f"`ip -d link show {names[0]}` names the peer's namespace id; stop the process "
+        f"that holds it (`lsns -t net`), or remove the link with `ip link del {names[0]}` "
+        "if it is yours",
+    )
+
+
 def can_create() -> tuple[bool, str]:
     """Whether this process can make namespaces (root and ip(8)), and why not."""
     import os

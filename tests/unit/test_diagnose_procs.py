@@ -105,7 +105,10 @@ python3 -c 'import threading, time
 [threading.Thread(target=time.sleep, args=(300,), daemon=True).start() for _ in range(2)]
 time.sleep(300)' &
 sleep 300 &
-kill -STOP $!
+s=$!
+# stop it once it runs `sleep` (a stop right after the fork would catch the shell's copy)
+i=0; while [ "$(cat /proc/$s/comm)" != sleep ] && [ $i -lt 500 ]; do i=$((i+1)); done
+kill -STOP $s
 echo started
 wait
 """

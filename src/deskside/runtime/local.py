@@ -207,6 +207,12 @@ class LocalStart:
                 )
         if self.net is not None and localnet.can_create()[0]:
             self.existing = localnet.existing_namespaces(self.transports[HERE])
+            listed = self.transports[HERE].run(["ip", "-o", "link", "show"])
+            stale = localnet.stale_links(
+                self.net, self.existing, localnet.link_names(listed.stdout)
+            )
+            if stale:
+                raise localnet.stale_link_error(stale)
         shm = self.transports[HERE].run(node_sh.shm_list())
         self.record.shm_before = shm.stdout.split() if shm.ok else []
         # namespaces share this machine's files: read those nodes in the root namespace
