@@ -225,7 +225,7 @@ def test_layouts_vllm_refuses(
 ) -> None:
     layout = dp_layout(cluster, req)
     assert not layout.ok
-    assert any(field in p and words in p for p in layout.problems), layout.problems
+    assert any(field in str(p) and words in str(p) for p in layout.problems), layout.problems
 
 
 def test_dense_model_dp_is_noted_not_refused() -> None:

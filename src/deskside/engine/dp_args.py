@@ -15,12 +15,17 @@ tensor-parallel launch:
   vLLM's defaults.
 
 `--enable-expert-parallel` goes to every node (the guide: "on all nodes in the multi-node
-case").
+case"), with data parallelism or without (`expert_parallel_args`).
 """
 
 from __future__ import annotations
 
 from deskside.planner.data_parallel import DpLayout
+
+
+def expert_parallel_args(enable_expert_parallel: bool) -> list[str]:
+    """The expert-parallel flag of every node: experts whole on each GPU of a MoE layer."""
+    return ["--enable-expert-parallel"] if enable_expert_parallel else []
 
 
 def dp_args(layout: DpLayout, node: str) -> list[str]:
@@ -55,6 +60,4 @@ def dp_args(layout: DpLayout, node: str) -> list[str]:
             *address,
             *rpc,
         ]
-    if req.enable_expert_parallel:
-        args.append("--enable-expert-parallel")
-    return args
+    return args + expert_parallel_args(req.enable_expert_parallel)

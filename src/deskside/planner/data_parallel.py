@@ -13,9 +13,9 @@ multiprocessing backend, no Ray:
   like a multi-node TP deployment, and vLLM infers each node's DP rank and local size from
   its node rank (EngineArgs.create_engine_config).
 
-Nothing here changes a recipe: `dp_layout` reports what is wrong as plain problems, each
-naming the setting to fix. `deskside.engine.dp_args` turns a layout into `vllm serve`
-arguments.
+Nothing here changes a recipe: `dp_layout` reports what is wrong as `DpProblem`s, each
+naming the setting to fix (`deskside.recipe.data_parallel_rules` locates them in the
+recipe). `deskside.engine.dp_args` turns a layout into `vllm serve` arguments.
 """
 
 from __future__ import annotations
@@ -27,6 +27,27 @@ from typing import Literal
 DEFAULT_RPC_PORT = 29550
 
 LayoutMode = Literal["ranks", "nnodes"]
+# What a problem is about: the sizes themselves, how ranks fall on nodes, the GPUs of the
+# nodes, the model's experts, the head's ports
+ProblemKind = Literal["sizes", "ranks", "gpus", "moe", "ports"]
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class DpProblem:
+    """One thing vLLM 0.32 refuses in a layout (or that leaves a GPU idle).
+
+    `loc` is the setting to fix, as a path from the top of a recipe (`("engine",
+    "data_parallel_size")`), or from one node's entry when `node` names it (`("gpus",)`)."""
+
+    loc: Loc
+    message: str
+    hint: str
+    kind: ProblemKind = "sizes"
+    node: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.hint}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +99,7 @@ class DpLayout:
     moe_group_size: int
     # expert-parallel size: TP x DP with expert parallel on, else 1
     expert_parallel_size: int
-    problems: tuple[str, ...] = ()
+    problems: tuple[DpProblem, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -89,7 +110,11 @@ class DpLayout:
         return next(n for n in self.nodes if n.node == node)
 
 
-def _size_problems(req: DpRequest) -> list[str]:
+DP_SIZE: Loc = ("engine", "data_parallel_size")
+DP_LOCAL: Loc = ("engine", "data_parallel_size_local")
+
+
+def _size_problems(req: DpRequest) -> list[DpProblem]:
     out = []
     # ParallelConfig fields: tensor/pipeline/data_parallel_size are Field(ge=1)
     for name, value in (
@@ -98,27 +123,45 @@ def _size_problems(req: DpRequest) -> list[str]:
         ("data_parallel_size", req.data_parallel_size),
     ):
         if value < 1:
-            out.append(f"engine.{name} is {value}; it must be at least 1")
+            out.append(
+                DpProblem(
+                    ("engine", name),
+                    f"engine.{name} is {value}; it must be at least 1",
+                    f"set {name} to 1 or more",
+                )
+            )
     if req.data_parallel_size == 1:
         out.append(
-            "engine.data_parallel_size is 1: one engine needs no data-parallel layout; "
-            "use the tensor/pipeline-parallel launch, or set data_parallel_size to 2 or more"
+            DpProblem(
+                DP_SIZE,
+                "engine.data_parallel_size is 1: one engine needs no data-parallel layout",
+                "use the tensor/pipeline-parallel launch, or set data_parallel_size to 2 or more",
+            )
         )
     return out
 
 
-def _moe_problems(req: DpRequest) -> tuple[list[str], list[str]]:
-    problems, notes = [], []
+def moe_findings(
+    *, enable_expert_parallel: bool, data_parallel_size: int, is_moe: bool
+) -> tuple[list[DpProblem], list[str]]:
+    """What the model's experts (or their absence) mean for the layout: problems, notes."""
+    problems: list[DpProblem] = []
+    notes: list[str] = []
     # ModelConfig._verify_with_expert_parallelism: "Number of experts in the model must be
     # greater than 0 when expert parallelism is enabled."
-    if req.enable_expert_parallel and not req.is_moe:
+    if enable_expert_parallel and not is_moe:
         problems.append(
-            "engine.enable_expert_parallel is true but the model has no experts (not MoE); "
-            "vLLM refuses it. Set enable_expert_parallel to false"
+            DpProblem(
+                ("engine", "enable_expert_parallel"),
+                "engine.enable_expert_parallel is true but the model has no experts (not "
+                "MoE); vLLM refuses it",
+                "set enable_expert_parallel to false",
+                kind="moe",
+            )
         )
     # EngineCoreProc.run_engine_core: a dense model's DP ranks run as independent engines
     # (reconfigure_for_independent_dp_rank); the API server still balances between them
-    if req.data_parallel_size > 1 and not req.is_moe:
+    if data_parallel_size > 1 and not is_moe:
         notes.append(
             "the model is dense: its data-parallel ranks are independent replicas behind "
             "one API server; nothing is shared between them but the load balancing"
@@ -126,7 +169,14 @@ def _moe_problems(req: DpRequest) -> tuple[list[str], list[str]]:
     return problems, notes
 
 
-def _port_problems(req: DpRequest, mode: LayoutMode) -> list[str]:
+PORT_LOCS: dict[str, Loc] = {
+    "engine.port": ("engine", "port"),
+    "engine.data_parallel_rpc_port": ("engine", "data_parallel_rpc_port"),
+    "cluster.fabric.master_port": ("cluster", "fabric", "master_port"),
+}
+
+
+def _port_problems(req: DpRequest, mode: LayoutMode) -> list[DpProblem]:
     out = []
     ports = {"engine.port": req.api_port, "engine.data_parallel_rpc_port": req.rpc_port}
     if mode == "nnodes":
@@ -134,13 +184,24 @@ def _port_problems(req: DpRequest, mode: LayoutMode) -> list[str]:
     for name, port in ports.items():
         # ParallelConfig.data_parallel_rpc_port: Field(ge=1, le=65535)
         if not 1 <= port <= 65535:
-            out.append(f"{name} is {port}; a TCP port is between 1 and 65535")
+            out.append(
+                DpProblem(
+                    PORT_LOCS[name],
+                    f"{name} is {port}; a TCP port is between 1 and 65535",
+                    "pick a port in that range",
+                    kind="ports",
+                )
+            )
     seen: dict[int, str] = {}
     for name, port in ports.items():
         if port in seen:
             out.append(
-                f"{name} and {seen[port]} are both {port}: the head binds both; "
-                f"give {name} another port"
+                DpProblem(
+                    PORT_LOCS[name],
+                    f"{name} and {seen[port]} are both {port}: the head binds both",
+                    f"give {name} another port",
+                    kind="ports",
+                )
             )
         seen.setdefault(port, name)
     return out
@@ -148,37 +209,55 @@ def _port_problems(req: DpRequest, mode: LayoutMode) -> list[str]:
 
 def _ranks_layout(
     nodes: list[DpNode], req: DpRequest, per_rank: int
-) -> tuple[list[tuple[int, int]], list[str]]:
+) -> tuple[list[tuple[int, int]], list[DpProblem]]:
     """(start rank, local size) per node for DP ranks that fit on one node."""
     dp = req.data_parallel_size
     local = req.data_parallel_size_local
-    problems: list[str] = []
+    problems: list[DpProblem] = []
     if local is None:
         if dp % len(nodes):
             problems.append(
-                f"engine.data_parallel_size {dp} does not split evenly over {len(nodes)} "
-                "nodes; set data_parallel_size to a multiple of the node count, or set "
-                "data_parallel_size_local"
+                DpProblem(
+                    DP_SIZE,
+                    f"engine.data_parallel_size {dp} does not split evenly over {len(nodes)} nodes",
+                    "set data_parallel_size to a multiple of the node count",
+                    kind="ranks",
+                )
             )
         local = max(dp // len(nodes), 1)
     # ParallelConfig._validate_parallel_config: data_parallel_size_local <= data_parallel_size
-    if local > dp:
+    elif local > dp:
         problems.append(
-            f"engine.data_parallel_size_local {local} is more than data_parallel_size {dp}; "
-            "vLLM refuses it"
+            DpProblem(
+                DP_LOCAL,
+                f"engine.data_parallel_size_local {local} is more than data_parallel_size "
+                f"{dp}; vLLM refuses it",
+                f"set data_parallel_size_local to data_parallel_size / nodes ({dp} / {len(nodes)})",
+                kind="ranks",
+            )
         )
     # run_headless: "data_parallel_size_local must be > 0 in headless mode"
-    if local < 1:
+    elif local < 1:
         problems.append(
-            f"engine.data_parallel_size_local is {local}; every node but the head runs "
-            "headless, which needs at least 1 local rank"
+            DpProblem(
+                DP_LOCAL,
+                f"engine.data_parallel_size_local is {local}; every node but the head runs "
+                "headless, which needs at least 1 local rank",
+                "set data_parallel_size_local to 1 or more",
+                kind="ranks",
+            )
         )
     # ParallelConfig.__post_init__: data_parallel_rank must be in [0, data_parallel_size);
     # the nodes' start ranks (--data-parallel-start-rank) must cover every rank once
-    if local * len(nodes) != dp and local >= 1:
+    elif local * len(nodes) != dp:
         problems.append(
-            f"engine.data_parallel_size_local {local} x {len(nodes)} nodes = "
-            f"{local * len(nodes)} ranks, but data_parallel_size is {dp}; make them equal"
+            DpProblem(
+                DP_LOCAL,
+                f"engine.data_parallel_size_local {local} x {len(nodes)} nodes = "
+                f"{local * len(nodes)} ranks, but data_parallel_size is {dp}",
+                "make them equal, or leave data_parallel_size_local out",
+                kind="ranks",
+            )
         )
     for n in nodes:
         # current_platform.device_count() < world_size is refused per engine; deskside
@@ -186,43 +265,64 @@ def _ranks_layout(
         need = local * per_rank
         if need != n.gpus and local >= 1:
             problems.append(
-                f"node {n.name} has {n.gpus} GPUs but data_parallel_size_local {local} x "
-                f"tensor_parallel_size x pipeline_parallel_size ({per_rank}) needs {need}; "
-                "change engine.data_parallel_size_local or the parallel sizes"
+                DpProblem(
+                    ("gpus",),
+                    f"node {n.name} has {n.gpus} GPUs but data_parallel_size_local {local} x "
+                    f"tensor_parallel_size x pipeline_parallel_size ({per_rank}) needs {need}",
+                    "change engine.data_parallel_size_local or the parallel sizes, or the "
+                    "node's gpus",
+                    kind="gpus",
+                    node=n.name,
+                )
             )
     return [(i * local, local) for i in range(len(nodes))], problems
 
 
 def _nnodes_layout(
     nodes: list[DpNode], req: DpRequest, per_rank: int
-) -> tuple[list[tuple[int, int]], list[str]]:
+) -> tuple[list[tuple[int, int]], list[DpProblem]]:
     """(DP rank, local size) per node when one DP rank spans several nodes, as vLLM infers
     them from --node-rank (EngineArgs.create_engine_config)."""
     dp = req.data_parallel_size
     n = len(nodes)
-    problems: list[str] = []
+    problems: list[DpProblem] = []
     gpus = {node.gpus for node in nodes}
     if len(gpus) > 1:
         # create_engine_config: local_world_size = world_size // nnodes, the same on every node
         problems.append(
-            "nodes have different GPU counts ("
-            + ", ".join(f"{node.name}: {node.gpus}" for node in nodes)
-            + "); a data-parallel rank that spans nodes needs the same count on each"
+            DpProblem(
+                ("cluster", "nodes"),
+                "nodes have different GPU counts ("
+                + ", ".join(f"{node.name}: {node.gpus}" for node in nodes)
+                + "); a data-parallel rank that spans nodes needs the same count on each",
+                "give every node the same number of GPUs",
+                kind="gpus",
+            )
         )
     # create_engine_config infers data_parallel_size_local = max(local_world_size //
     # world_size_within_dp, 1) = 1 here; more local ranks leave nnodes_within_dp wrong
     if req.data_parallel_size_local not in (None, 1):
         problems.append(
-            f"engine.data_parallel_size_local is {req.data_parallel_size_local} but one "
-            f"data-parallel rank (tensor x pipeline = {per_rank} GPUs) spans several nodes; "
-            "a node can then hold part of one rank only. Set data_parallel_size_local to 1"
+            DpProblem(
+                DP_LOCAL,
+                f"engine.data_parallel_size_local is {req.data_parallel_size_local} but one "
+                f"data-parallel rank (tensor x pipeline = {per_rank} GPUs) spans several "
+                "nodes; a node can then hold part of one rank only",
+                "set data_parallel_size_local to 1, or leave it out",
+                kind="ranks",
+            )
         )
     world = dp * per_rank
     # create_engine_config: "`--nnodes N` must evenly divide the total world size"
     if world % n:
         problems.append(
-            f"data_parallel_size x tensor x pipeline = {world} GPUs does not split evenly "
-            f"over {n} nodes; change engine.data_parallel_size or the node count"
+            DpProblem(
+                DP_SIZE,
+                f"data_parallel_size x tensor x pipeline = {world} GPUs does not split "
+                f"evenly over {n} nodes",
+                "change engine.data_parallel_size or the node count",
+                kind="gpus",
+            )
         )
         return [(0, 1)] * n, problems
     local_world = world // n
@@ -230,15 +330,25 @@ def _nnodes_layout(
     # MultiprocExecutor._init_executor: world_size % nnodes_within_dp == 0
     if n % dp or per_rank % (n // dp):
         problems.append(
-            f"{n} nodes do not split into {dp} equal groups of whole nodes for "
-            f"{per_rank} GPUs each; use a node count that is a multiple of "
-            "engine.data_parallel_size"
+            DpProblem(
+                DP_SIZE,
+                f"{n} nodes do not split into {dp} equal groups of whole nodes for "
+                f"{per_rank} GPUs each",
+                "use a node count that is a multiple of engine.data_parallel_size",
+                kind="ranks",
+            )
         )
     for node in nodes:
         if node.gpus != local_world:
             problems.append(
-                f"node {node.name} has {node.gpus} GPUs but this layout puts {local_world} "
-                "on each node; change the parallel sizes or the nodes"
+                DpProblem(
+                    ("gpus",),
+                    f"node {node.name} has {node.gpus} GPUs but this layout puts "
+                    f"{local_world} on each node",
+                    "change the parallel sizes or the node's gpus",
+                    kind="gpus",
+                    node=node.name,
+                )
             )
     # create_engine_config: inferred DP rank = node_rank * local_world_size // (TP x PP);
     # only the first node of each rank's group runs its engine core (run_headless:
@@ -254,7 +364,11 @@ def dp_layout(nodes: list[DpNode], req: DpRequest) -> DpLayout:
     if not nodes:
         raise ValueError("a data-parallel layout needs at least one node")
     problems = _size_problems(req)
-    moe_problems, notes = _moe_problems(req)
+    moe_problems, notes = moe_findings(
+        enable_expert_parallel=req.enable_expert_parallel,
+        data_parallel_size=req.data_parallel_size,
+        is_moe=req.is_moe,
+    )
     problems += moe_problems
     per_rank = max(req.tensor_parallel_size, 1) * max(req.pipeline_parallel_size, 1)
     dp = max(req.data_parallel_size, 1)

@@ -16,6 +16,7 @@ from ipaddress import IPv4Address
 
 from deskside.hardware import PROFILES
 from deskside.recipe.cluster import Node
+from deskside.recipe.data_parallel_rules import DATA_PARALLEL_FLAGS
 from deskside.recipe.problems import LocPath, Problem
 from deskside.recipe.values import REVISION_HINT
 
@@ -137,6 +138,7 @@ MANAGED_FLAGS = {
     "--load-format": "engine.load_format",
     "--dtype": "engine.dtype",
     "--distributed-executor-backend": "engine.distributed_executor_backend",
+    **DATA_PARALLEL_FLAGS,
 }
 
 
@@ -351,7 +353,12 @@ def roce_problems(nodes: Sequence[Node], *, transport: str) -> list[Problem]:
 
 
 def rank_problems(
-    nodes: Sequence[Node], *, nnodes: int, tensor_parallel_size: int, pipeline_parallel_size: int
+    nodes: Sequence[Node],
+    *,
+    nnodes: int,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    data_parallel_size: int = 1,
 ) -> list[Problem]:
     """engine.nnodes counts the nodes, and every GPU runs exactly one engine rank."""
     problems: list[Problem] = []
@@ -367,21 +374,23 @@ def rank_problems(
             )
         )
     total_gpus = sum(node.gpus for node in nodes)
-    # world size = tensor_parallel_size × pipeline_parallel_size
-    # (vllm ParallelConfig.__post_init__)
-    ranks = tensor_parallel_size * pipeline_parallel_size
+    # world size = tensor_parallel_size × pipeline_parallel_size per engine
+    # (vllm ParallelConfig.__post_init__), one engine per data-parallel rank
+    ranks = data_parallel_size * tensor_parallel_size * pipeline_parallel_size
     if ranks != total_gpus:
         per_node = " + ".join(str(node.gpus) for node in nodes)
+        sizes = f"{tensor_parallel_size} × {pipeline_parallel_size}"
+        names = "tensor_parallel_size × pipeline_parallel_size"
+        if data_parallel_size > 1:
+            sizes = f"{data_parallel_size} × {sizes}"
+            names = f"data_parallel_size × {names}"
         problems.append(
             Problem(
                 ("engine", "tensor_parallel_size"),
-                f"tensor_parallel_size × pipeline_parallel_size = "
-                f"{tensor_parallel_size} × {pipeline_parallel_size} = "
-                f"{ranks} engine rank{'s' if ranks != 1 else ''}, but the nodes have "
-                f"{per_node} = {total_gpus} GPU{'s' if total_gpus != 1 else ''}; every GPU "
-                "runs exactly one rank",
-                f"make tensor_parallel_size × pipeline_parallel_size equal {total_gpus}, "
-                "or change the nodes' gpus",
+                f"{names} = {sizes} = {ranks} engine rank{'s' if ranks != 1 else ''}, but "
+                f"the nodes have {per_node} = {total_gpus} GPU{'s' if total_gpus != 1 else ''}"
+                "; every GPU runs exactly one rank",
+                f"make {names} equal {total_gpus}, or change the nodes' gpus",
                 fallback_locs=(("engine", "pipeline_parallel_size"), ("engine",)),
             )
         )

@@ -11,7 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from deskside.recipe.credentials import env_secret_problems, extra_arg_secret_problems
-from deskside.recipe.problems import Problem, raise_problems
+from deskside.recipe.data_parallel_rules import DEFAULT_RPC_PORT, engine_data_parallel_problems
+from deskside.recipe.guard import Guard
+from deskside.recipe.problems import raise_problems
 from deskside.recipe.rules import (
     alias_problems,
     cpu_kvcache_space_problems,
@@ -31,7 +33,6 @@ from deskside.recipe.values import (
     MODEL_CONFIG,
     AbsolutePath,
     BlockSize,
-    ByteSize,
     EnvName,
     MaxModelLen,
     NoSpace,
@@ -182,6 +183,34 @@ class Engine(BaseModel):
         le=MAX_NODES,
         description="Number of nodes the engine spans; must equal the node count.",
     )
+    data_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_RANKS,
+        description="Data-parallel ranks (vLLM --data-parallel-size): engines that each "
+        "have their own scheduler, KV cache and tensor x pipeline GPUs, behind one API "
+        "server on the head. The cluster's GPUs must equal data x tensor x pipeline "
+        "parallel size. 1: one engine.",
+    )
+    data_parallel_size_local: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_RANKS,
+        description="Data-parallel ranks on each node (vLLM --data-parallel-size-local); "
+        "only with data_parallel_size above 1. None: data_parallel_size / nodes, or 1 when "
+        "one rank spans several nodes.",
+    )
+    data_parallel_rpc_port: Port = Field(
+        DEFAULT_RPC_PORT,
+        description="Port on the head where every node's engines meet the API server "
+        "(vLLM --data-parallel-rpc-port); used when data_parallel_size is above 1.",
+    )
+    enable_expert_parallel: bool = Field(
+        False,
+        description="MoE models only (vLLM --enable-expert-parallel): each GPU holds whole "
+        "experts, 1 / (tensor x data parallel size) of them, and tokens travel to their "
+        "experts. False: every expert is split over those GPUs.",
+    )
     host: BindHost | None = Field(
         None,
         description="Address the API server binds on the head (vLLM --host): an IPv4 "
@@ -267,6 +296,7 @@ class Engine(BaseModel):
                 *extra_arg_secret_problems(self.extra_args),
                 *env_secret_problems(self.env, ("env",)),
                 *cpu_kvcache_space_problems(self.env),
+                *engine_data_parallel_problems(self),
             ]
         )
         return self
@@ -394,65 +424,6 @@ class Monitoring(BaseModel):
         description="The deskside program on every node, which runs deskside's exporter (a "
         "name on the PATH or an absolute path).",
     )
-
-
-class Guard(BaseModel):
-    """Run-time safety limits."""
-
-    model_config = MODEL_CONFIG
-
-    min_headroom: ByteSize | None = Field(
-        None,
-        description="Least memory left outside vLLM on a node (e.g. '21GiB'); overrides the "
-        "hardware profile's safety floor.",
-    )
-    kv_usage_warn: float = Field(
-        0.9, gt=0, le=1, description="Warn when KV cache usage passes this fraction."
-    )
-    min_spec_acceptance: float = Field(
-        0.3,
-        ge=0,
-        le=1,
-        description="Warn when the speculative draft acceptance rate falls below this.",
-    )
-    enforce: bool = Field(
-        False,
-        description="Stop the node's engine when the memory available on a node stays under "
-        "the safety floor for `window` seconds, before the host runs out (on unified-memory "
-        "hosts such as GB10 that freezes it). Available memory is MemAvailable, or the "
-        "node's memory cgroup headroom when a limit applies and that is smaller. The stop "
-        "is the one `deskside down` makes (graceful first); its reason shows in `deskside "
-        "status`. deskside's exporter watches (monitoring.enabled), or `deskside guard`. "
-        "False: the MemoryBelowFloor alert only warns.",
-    )
-    window: float = Field(
-        30,
-        ge=1,
-        le=3600,
-        description="Seconds available memory must stay under the floor before the guard "
-        "stops the engine; any sample back over the floor starts the count again.",
-    )
-    interval: float = Field(
-        2,
-        ge=0.1,
-        le=60,
-        description="Seconds between the guard's memory samples (at most `window`).",
-    )
-
-    @model_validator(mode="after")
-    def _rules(self) -> Guard:
-        if self.interval > self.window:
-            raise_problems(
-                [
-                    Problem(
-                        ("interval",),
-                        f"guard.interval {self.interval:g} s is longer than guard.window "
-                        f"{self.window:g} s",
-                        "sample several times per window, e.g. interval: 2 with window: 30",
-                    )
-                ]
-            )
-        return self
 
 
 __all__ = [

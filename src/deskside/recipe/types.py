@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deskside.recipe.cluster import Cluster, Fabric, Node, NodeFabric, Ssh
+from deskside.recipe.data_parallel_rules import data_parallel_problems
 from deskside.recipe.problems import LocPath, raise_problems
 from deskside.recipe.rules import (
     container_image_problems,
@@ -101,7 +102,9 @@ class Recipe(BaseModel):
                     nnodes=engine.nnodes,
                     tensor_parallel_size=engine.tensor_parallel_size,
                     pipeline_parallel_size=engine.pipeline_parallel_size,
+                    data_parallel_size=engine.data_parallel_size,
                 ),
+                *data_parallel_problems(nodes, engine, master_port=self.cluster.fabric.master_port),
                 *container_image_problems(runtime_kind=self.runtime.kind, image=engine.image),
                 *head_port_problems(self._head_ports()),
             ]
@@ -113,6 +116,8 @@ class Recipe(BaseModel):
         used: list[tuple[int, LocPath]] = [(self.engine.port, ("engine", "port"))]
         if len(self.cluster.nodes) > 1 or self.engine.nnodes > 1:
             used.append((self.cluster.fabric.master_port, ("cluster", "fabric", "master_port")))
+        if self.engine.data_parallel_size > 1:
+            used.append((self.engine.data_parallel_rpc_port, ("engine", "data_parallel_rpc_port")))
         if self.proxy.enabled:
             used.append((self.proxy.port, ("proxy", "port")))
         if self.monitoring.enabled:
