@@ -28,9 +28,13 @@ def print_plan(console: Console, p: Plan) -> None:
         f"{format_gib(m['weights_bytes_total'])} in all"
     )
     spec = e["speculative"]
+    dp = e.get("data_parallel_size", 1)
     console.print(
         f"engine: {e['device']}, TP {e['tensor_parallel_size']} "
-        f"x PP {e['pipeline_parallel_size']}, "
+        f"x PP {e['pipeline_parallel_size']}"
+        + (f" x DP {dp}" if dp > 1 else "")
+        + (" with expert parallel" if e.get("enable_expert_parallel") else "")
+        + ", "
         f"kv_cache_dtype {e['kv_cache_dtype']}, block {e['block_size']}, "
         f"max_num_batched_tokens {e['max_num_batched_tokens']:,}, max_num_seqs {e['max_num_seqs']}"
         + (f", speculative {spec['method']} x{spec['num_speculative_tokens']}" if spec else "")
@@ -38,6 +42,7 @@ def print_plan(console: Console, p: Plan) -> None:
     table = Table(title="per rank", show_lines=False)
     for col in (
         "rank",
+        *(["DP rank"] if dp > 1 else []),
         "node",
         "weights",
         "non-KV",
@@ -52,6 +57,7 @@ def print_plan(console: Console, p: Plan) -> None:
     for r in p.ranks:
         table.add_row(
             str(r.rank),
+            *([str(r.data_parallel_rank)] if dp > 1 else []),
             shown(r.node or "-"),
             format_gib(r.weights_bytes),
             format_gib(r.non_kv_bytes),

@@ -6,7 +6,11 @@ engine environment or the address to probe. Pure: the same inputs give the same 
 
 Multi-node without Ray (vLLM's multiprocessing backend): every node runs
 `vllm serve MODEL --nnodes N --node-rank R --master-addr HEAD --master-port P`, workers
-with `--headless`; workers may start first and wait for the head.
+with `--headless`; workers may start first and wait for the head. With
+`engine.data_parallel_size` above 1 each node's data-parallel arguments
+(`deskside.engine.dp_args`: `--data-parallel-size`, its local size, start rank, the head's
+address and RPC port) take the place of that block; the head still serves the API, and
+headless engines wait for it (vLLM's engine handshake allows 5 minutes).
 
 The argv pins what the plan resolved: `max_model_len: auto` becomes the planned number, so
 the engine, the proxy's limits and the lock agree on one length.
@@ -21,9 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deskside.engine.cpu import launch_argv
+from deskside.engine.dp_args import dp_args, expert_parallel_args
 from deskside.fabric.nccl import fabric_envs
 from deskside.layout import ENGINE_ENV_FILE, NodeLayout, model_here, model_on_nodes
+from deskside.planner.data_parallel import DpLayout
 from deskside.planner.plan import Plan
+from deskside.recipe.data_parallel_rules import recipe_layout
 from deskside.recipe.text import WILDCARD_HOSTS
 from deskside.recipe.types import Node, Recipe
 
@@ -242,28 +249,35 @@ def launches(
     head = recipe.head
     e = recipe.engine
     roce = recipe.cluster.fabric.transport == "roce"
+    dp = data_parallel_layout(recipe)
     out: list[NodeLaunch] = []
     for rank, node in enumerate(nodes):
         args = list(shared)
         ports: list[int] = []
-        if len(nodes) > 1:
-            args += [
-                "--nnodes",
-                str(len(nodes)),
-                "--node-rank",
-                str(rank),
-                "--master-addr",
-                node_ip(head),
-                "--master-port",
-                str(recipe.cluster.fabric.master_port),
-            ]
+        if dp is not None:
+            args += dp_args(dp, node.name)
+            ports += dp.of(node.name).ports
+        else:
+            if len(nodes) > 1:
+                args += [
+                    "--nnodes",
+                    str(len(nodes)),
+                    "--node-rank",
+                    str(rank),
+                    "--master-addr",
+                    node_ip(head),
+                    "--master-port",
+                    str(recipe.cluster.fabric.master_port),
+                ]
+            args += expert_parallel_args(e.enable_expert_parallel)
+            if rank == 0:
+                ports.append(e.port)
+                if len(nodes) > 1:
+                    ports.append(recipe.cluster.fabric.master_port)
+            else:
+                args.append("--headless")
         if rank == 0:
             args += ["--host", api_host(recipe), "--port", str(e.port)]
-            ports.append(e.port)
-            if len(nodes) > 1:
-                ports.append(recipe.cluster.fabric.master_port)
-        else:
-            args.append("--headless")
         env = node_env(recipe, node, site, dict(fabric[node.name].env))
         out.append(
             NodeLaunch(
@@ -281,6 +295,16 @@ def launches(
             )
         )
     return [*out[1:][::-1], out[0]]
+
+
+def data_parallel_layout(recipe: Recipe) -> DpLayout | None:
+    """Where the recipe's data-parallel ranks run (engines reach the head at its fabric
+    address); None with one data-parallel rank."""
+    if recipe.engine.data_parallel_size == 1:
+        return None
+    return recipe_layout(
+        ranked_nodes(recipe), recipe.engine, recipe.cluster.fabric.master_port, address=node_ip
+    )
 
 
 def secret_env_file(recipe: Recipe, site: Site) -> str | None:

@@ -101,6 +101,14 @@ def resolve(arch: ModelArch, req: EngineRequest, defaults: EngineDefaults) -> En
             f"by tensor parallel size ({tp}).",
             hint="choose a tensor parallel size that divides the model's num_attention_heads",
         )
+    # ModelConfig._verify_with_expert_parallelism
+    if req.enable_expert_parallel and arch.moe is None:
+        raise UsageError(
+            "Number of experts in the model must be greater than 0 when expert parallelism "
+            "is enabled.",
+            hint="this model has no experts (it is not MoE): set "
+            "engine.enable_expert_parallel: false",
+        )
     block_size = _block_size(defaults, req)
     kv_dtype = req.kv_cache_dtype
     if kv_dtype == "auto":
@@ -188,4 +196,6 @@ def resolve(arch: ModelArch, req: EngineRequest, defaults: EngineDefaults) -> En
         enforce_eager=req.enforce_eager,
         max_concurrent_batches=concurrent,
         vllm_version=req.vllm_version,
+        data_parallel_size=req.data_parallel_size,
+        enable_expert_parallel=req.enable_expert_parallel,
     )

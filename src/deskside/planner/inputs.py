@@ -102,6 +102,8 @@ def request_from_recipe(recipe: Recipe, hw: HardwareProfile, o: Overrides) -> En
         device=e.device,
         tensor_parallel_size=e.tensor_parallel_size,
         pipeline_parallel_size=e.pipeline_parallel_size,
+        data_parallel_size=e.data_parallel_size,
+        enable_expert_parallel=e.enable_expert_parallel,
         kv_cache_dtype=e.kv_cache_dtype,
         block_size=e.block_size,
         max_model_len=_max_len(e.max_model_len),

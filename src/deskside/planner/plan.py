@@ -24,17 +24,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deskside.errors import UsageError
 from deskside.hardware import HardwareProfile
+from deskside.planner.data_parallel import moe_findings
 from deskside.planner.engine_config import resolve
 from deskside.planner.families.base import Family
 from deskside.planner.inert import inert_settings
 from deskside.planner.kv import Accounting, KVGroup, Limits
+from deskside.planner.rank_weights import (
+    Split,
+    data_parallel_notes,
+    pp_partitions,
+    rank_weight_bytes,
+)
 from deskside.planner.registry import family_named
 from deskside.planner.types import (
     EngineRequest,
     EngineSettings,
     ModelArch,
     NonKVEstimate,
-    weight_bytes_by_part,
 )
 from deskside.planner.verify_rows import verify_rows_warning
 from deskside.units import GIB, format_gib
@@ -47,6 +53,7 @@ class RankPlan(BaseModel):
 
     rank: int
     node: str | None = None
+    data_parallel_rank: int = 0
     kv_bytes_per_token: int = Field(description="KV bytes one token costs in every layer")
     block_size: int
     num_blocks: int
@@ -167,15 +174,6 @@ def _kv_bytes_per_token(groups: list[KVGroup], layers: set[str]) -> int:
     )
 
 
-def pp_partitions(num_layers: int, pp: int) -> list[int]:
-    """vllm.distributed.utils.get_pp_indices: layers per stage, the remainder spread over
-    the stages before the last."""
-    parts = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):
-        parts[-i] += 1
-    return parts
-
-
 def layer_stages(arch: ModelArch, names: list[str], pp: int) -> dict[str, int]:
     """Pipeline stage of every cached layer; draft (MTP) layers run on the last stage."""
     bounds = []
@@ -206,22 +204,6 @@ class StageMemory:
         return self.acct.check_memory(self.available)
 
 
-def _stage_weights(inp: PlanInput, s: EngineSettings, drafts: int, stage: int) -> int:
-    """Weight bytes of one rank of pipeline stage `stage`, with `drafts` draft layers
-    loaded on the last stage."""
-    arch = inp.arch
-    tp, pp = s.tensor_parallel_size, s.pipeline_parallel_size
-    if pp == 1:
-        return arch.weight_bytes_per_rank(tp, inp.weights_format, drafts)
-    parts = weight_bytes_by_part(arch, inp.weights_format, drafts if stage == pp - 1 else 0)
-    share = pp_partitions(arch.num_hidden_layers, pp)[stage] / arch.num_hidden_layers
-    layered = ("attention", "dense_mlp", "experts", "shared_experts", "router", "norms")
-    sharded = sum(parts[k] for k in layered if k not in ("router", "norms")) * share
-    sharded += parts["embedding"] if stage == 0 else 0
-    sharded += parts["lm_head"] + parts["draft"] if stage == pp - 1 else 0
-    return int(sharded / tp + (parts["router"] + parts["norms"]) * share)
-
-
 def plan(inp: PlanInput) -> Plan:
     arch, hw = inp.arch, inp.hardware
     req = inp.request
@@ -230,6 +212,13 @@ def plan(inp: PlanInput) -> Plan:
     warnings: list[str] = inert_settings(req, settings)
     assumptions: list[str] = []
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
+    dp = settings.data_parallel_size
+    split = Split(tp, pp, dp, settings.enable_expert_parallel)
+    warnings += moe_findings(
+        enable_expert_parallel=settings.enable_expert_parallel,
+        data_parallel_size=dp,
+        is_moe=arch.moe is not None,
+    )[1]
 
     specs = family.layer_specs(arch, settings)
     acct = family.accounting(specs, settings)
@@ -272,7 +261,7 @@ def plan(inp: PlanInput) -> Plan:
     for stage in range(pp):
         mine = {name for name, st in stage_of.items() if st == stage}
         stage_acct = acct.project(mine) if pp > 1 else acct
-        weights = _stage_weights(inp, settings, drafts, stage)
+        weights = rank_weight_bytes(arch, inp.weights_format, split, drafts, stage)
         if req.kv_cache_memory is not None:
             available = req.kv_cache_memory
             budget = weights + overhead.total + available if req.device == "gpu" else available
@@ -299,6 +288,7 @@ def plan(inp: PlanInput) -> Plan:
             f"pipeline stages hold {pp_partitions(arch.num_hidden_layers, pp)} layers "
             "(vLLM's get_pp_indices); every rank gets the smallest stage's block count"
         )
+    assumptions.extend(data_parallel_notes(arch, split, max(st.weights for st in stages)))
     assumptions.extend(overhead.sources)
 
     memory: NodeMemory | None = None
@@ -377,9 +367,9 @@ def plan(inp: PlanInput) -> Plan:
 
     fits = refusal is None
     ranks = []
-    world = tp * pp
+    world = dp * tp * pp  # GPU ranks: DP rank by DP rank, each TP x PP
     for rank in range(world):
-        st = stages[rank // tp]
+        st = stages[rank % (tp * pp) // tp]
         node = None
         if inp.node_names:
             per_node = max(1, world // len(inp.node_names))
@@ -389,6 +379,7 @@ def plan(inp: PlanInput) -> Plan:
             RankPlan(
                 rank=rank,
                 node=node,
+                data_parallel_rank=rank // (tp * pp),
                 kv_bytes_per_token=_kv_bytes_per_token(
                     [g for g in groups], {n for n, x in stage_of.items() if x == st.stage}
                 ),
@@ -467,6 +458,8 @@ def _engine_summary(s: EngineSettings, max_model_len: int) -> dict[str, Any]:
         "device": s.device,
         "tensor_parallel_size": s.tensor_parallel_size,
         "pipeline_parallel_size": s.pipeline_parallel_size,
+        "data_parallel_size": s.data_parallel_size,
+        "enable_expert_parallel": s.enable_expert_parallel,
         "kv_cache_dtype": s.kv_cache_dtype,
         "block_size": s.block_size,
         "max_model_len": max_model_len,

@@ -205,6 +205,8 @@ class EngineRequest:
     async_scheduling: bool = False
     enforce_eager: bool = False
     vllm_version: str = "0.32.0"
+    data_parallel_size: int = 1  # engines (DP ranks), each with TP x PP GPUs
+    enable_expert_parallel: bool = False
     device_total_bytes: int = 0  # the device's reported total memory (batch defaults)
     cpu_amx: bool = False  # device cpu: an x86 CPU with AMX tiles (vLLM's AMX kernels)
     env: Mapping[str, str] = field(default_factory=dict)  # the engine's environment
@@ -254,6 +256,8 @@ class EngineSettings:
     enforce_eager: bool
     max_concurrent_batches: int
     vllm_version: str
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
 
     @property
     def max_in_flight_tokens(self) -> int:
