@@ -35,7 +35,15 @@ from deskside.recipe.types import Recipe
 from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 
-from ..unit.render_cases import LOCAL_TINY, RECIPES, ROOT, load_and_plan, write_hostile_recipe
+from ..unit.render_cases import (
+    LOCAL_TINY,
+    RECIPES,
+    ROOT,
+    SET_RECIPES,
+    load_and_plan,
+    load_recipe_with_model,
+    write_hostile_recipe,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -162,6 +170,20 @@ def test_systemd_verify_catches_broken_units(tmp_path: Path) -> None:
 def test_scripts_pass_shellcheck(rendered: Rendered) -> None:
     scripts = list(files(rendered.out, "*.sh"))
     assert scripts
+    done = run([tool("shellcheck"), "--shell=sh", "--severity=style", *map(str, scripts)])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("path", SET_RECIPES, ids=[p.stem for p in SET_RECIPES])
+def test_replica_set_scripts_pass_shellcheck(path: Path, tmp_path: Path) -> None:
+    """A replica set's bundle: every group's scripts and the set proxy's run-proxy.sh."""
+    from deskside.replicas.plans import plan_set
+    from deskside.replicas.render import render_set
+
+    recipe = load_recipe_with_model(path)
+    render_set(recipe, path, plan_set(recipe, path)).write(tmp_path / "set out")
+    scripts = list(files(tmp_path / "set out", "*.sh"))
+    assert any(p.name == "run-proxy.sh" for p in scripts)
     done = run([tool("shellcheck"), "--shell=sh", "--severity=style", *map(str, scripts)])
     assert done.returncode == 0, done.stdout + done.stderr
 

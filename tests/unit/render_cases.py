@@ -17,23 +17,36 @@ from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 
 ROOT = Path(__file__).parents[2]
-RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+ALL_RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+SET_RECIPES = [p for p in ALL_RECIPES if "\nreplicas:" in p.read_text()]
+"""Replica sets: each group is a recipe of its own (tests/unit/test_replicas_golden.py)."""
+RECIPES = [p for p in ALL_RECIPES if p not in SET_RECIPES]
+"""One-engine recipes."""
 FLAGSHIP = ROOT / "recipes" / "dual-spark-deepseek-v4-flash.yaml"
 LOCAL_TINY = ROOT / "recipes" / "local-tiny.yaml"
 SYSFS = ROOT / "tests" / "unit" / "fixtures" / "sysfs"
 
 
-def ensure_tiny_model(folder: Path) -> None:
+def ensure_tiny_model(folder: Path, arch: str = "deepseek-v3") -> None:
     if not (folder / "config.json").exists():
         from deskside.tiny import write_tiny_model
 
-        write_tiny_model("deepseek-v3", folder)
+        write_tiny_model(arch, folder)
+
+
+def load_recipe_with_model(recipe_path: Path) -> Recipe:
+    """The recipe, with the tiny model it serves made at its model.path when missing."""
+    from deskside.home import embedded_tiny_models
+
+    recipe = load_recipe(recipe_path)
+    if recipe.model.path is not None:
+        arch = embedded_tiny_models().get(recipe.name, "deepseek-v3")
+        ensure_tiny_model(Path(recipe.model.path), arch)
+    return recipe
 
 
 def load_and_plan(recipe_path: Path) -> tuple[Recipe, Plan]:
-    recipe = load_recipe(recipe_path)
-    if recipe.model.path is not None:
-        ensure_tiny_model(Path(recipe.model.path))
+    recipe = load_recipe_with_model(recipe_path)
     return recipe, plan_recipe(recipe, recipe_path)
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from deskside.deploy.runtime import deploy
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Recipe
 from deskside.runtime.local import start_here
 from deskside.runtime.pipeline import UpOptions, UpReport
 from deskside.runtime.transports import HERE
@@ -33,6 +35,10 @@ CONTAINER_FACTS = (
 
 def dry_run(recipe_path: Path, home: Path) -> UpReport:
     recipe, plan = load_and_plan(recipe_path)
+    return dry_run_recipe(recipe, recipe_path, plan)
+
+
+def dry_run_recipe(recipe: Recipe, recipe_path: Path, plan: Plan) -> UpReport:
     options = UpOptions(dry_run=True)
     if any(n.ssh is not None for n in recipe.cluster.nodes):
         journal = Journal()

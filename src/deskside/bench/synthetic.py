@@ -427,8 +427,11 @@ class ThreadedServer:
         self.thread.join(5)
 
 
-def start_in_thread(behaviour: Behaviour | None = None) -> ThreadedServer:
-    """Start a synthetic server on 127.0.0.1 (a free port) in a background thread."""
+def start_in_thread(
+    behaviour: Behaviour | None = None, host: str = "127.0.0.1", port: int = 0
+) -> ThreadedServer:
+    """Start a synthetic server on `host` (`port`, default a free one) in a background
+    thread."""
     loop = asyncio.new_event_loop()
     ready: dict[str, Any] = {}
     started = threading.Event()
@@ -439,7 +442,7 @@ def start_in_thread(behaviour: Behaviour | None = None) -> ThreadedServer:
         async def boot() -> None:
             server = SyntheticServer(behaviour)
             ready["server"] = server
-            ready["port"] = await server.start()
+            ready["port"] = await server.start(host, port)
 
         loop.run_until_complete(boot())
         started.set()

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, fail, out, parse_option
+from deskside.cli.common import JsonFlag, emit_json, fail, out, parse_option, shown
 from deskside.errors import DesksideError, UsageError
+
+if TYPE_CHECKING:
+    from deskside.planner.inputs import Overrides
+    from deskside.recipe.types import Recipe
 
 
 def plan(
@@ -63,6 +67,9 @@ def plan(
             raise UsageError("give a recipe or --model-dir, not both")
         if recipe is not None:
             loaded, path = resolve_recipe(recipe)
+            if loaded.replicas is not None:
+                _plan_set(loaded, path, overrides, as_json)
+                return
             result = plan_recipe(loaded, path, overrides)
         elif model_dir is not None:
             result = plan_model_dir(model_dir, overrides)
@@ -92,3 +99,28 @@ def _parse_len(value: str | None) -> int | str | None:
     if n < 1:
         raise UsageError("--max-model-len must be at least 1")
     return n
+
+
+def _plan_set(loaded: Recipe, path: Path, overrides: Overrides, as_json: bool) -> None:
+    """A replica set: every group's plan (exit 3 when one does not fit)."""
+    from deskside.replicas.plans import plan_set, set_refusal
+
+    plans = plan_set(loaded, path, overrides)
+    refusal = set_refusal(plans)
+    if as_json:
+        emit_json(
+            {
+                "recipe": loaded.name,
+                "fits": refusal is None,
+                "refusal": refusal,
+                "groups": {g: p.model_dump(mode="json") for g, p in plans.items()},
+            }
+        )
+    else:
+        from deskside.report import print_plan
+
+        for group, one in plans.items():
+            out.print(f"[bold]group {shown(group)}[/]", highlight=False)
+            print_plan(out, one)
+    if refusal is not None:
+        raise typer.Exit(3)

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
+FIX_HINT = "fix the recipe (see `deskside plan`), or pass --force to render anyway"
+
 
 def _render(recipe_arg: str, force: bool) -> tuple[Recipe, Path, Bundle]:
     from deskside.home import resolve_recipe
@@ -27,12 +29,18 @@ def _render(recipe_arg: str, force: bool) -> tuple[Recipe, Path, Bundle]:
     from deskside.render.assemble import render as render_bundle
 
     recipe, path = resolve_recipe(recipe_arg)
+    if recipe.replicas is not None:
+        from deskside.replicas.plans import plan_set, set_refusal
+        from deskside.replicas.render import render_set
+
+        plans = plan_set(recipe, path)
+        refusal = set_refusal(plans)
+        if refusal is not None and not force:
+            raise PlanRefused(refusal, hint=FIX_HINT)
+        return recipe, path, render_set(recipe, path, plans)
     plan = plan_recipe(recipe, path)
     if not plan.fits and not force:
-        raise PlanRefused(
-            plan.refusal or "the plan does not fit",
-            hint="fix the recipe (see `deskside plan`), or pass --force to render anyway",
-        )
+        raise PlanRefused(plan.refusal or "the plan does not fit", hint=FIX_HINT)
     return recipe, path, render_bundle(recipe, path, plan)
 
 
@@ -51,7 +59,7 @@ def render(
         loaded, _, bundle = _render(recipe, force)
         written = bundle.write(out_dir)
         key_file = None
-        if loaded.proxy.enabled and loaded.proxy.master_key_file is None:
+        if loaded.runs_proxy and loaded.proxy.master_key_file is None:
             # generated once, kept 0600 beside deskside's state; the deploy copies it
             proxy_master_key(loaded.name)
             key_file = secrets_dir(loaded.name) / PROXY_MASTER_KEY

@@ -58,6 +58,11 @@ def up(
     t0 = time.monotonic()
     try:
         loaded, path = resolve_recipe(recipe)
+        if loaded.replicas is not None:
+            from deskside.cli.replicas import up_set_command
+
+            up_set_command(loaded, path, timeout, dry_run, as_json)
+            return
         planned = plan_recipe(loaded, path)
         runtime = runtime_for(loaded, known_hosts)
         options = UpOptions(known_hosts=known_hosts, dry_run=dry_run, timeout=timeout)
@@ -92,6 +97,10 @@ def down(
             "(for a run whose engines are gone but whose records deskside cannot trust).",
         ),
     ] = False,
+    group: Annotated[
+        str | None,
+        typer.Option(help="A replica set: stop this group only (the proxy routes around it)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Stop the run: engines head first (SIGTERM, SIGKILL after a grace period, or their
@@ -114,6 +123,15 @@ def down(
             out.print(f"{shown(name)}: forgot {len(removed)} record(s); nothing was signalled")
         return
     try:
+        from deskside.cli.replicas import down_set_command, find_set
+
+        if (replica_set := find_set(run)) is not None:
+            down_set_command(replica_set, group, as_json)
+            return
+        if group is not None:
+            raise DesksideError(
+                "--group stops one group of a replica set", hint="deskside down --recipe SET"
+            )
         name = pick_run(run)
         with run_lock(name):
             record = find_run(name)
@@ -141,6 +159,11 @@ def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag
     from deskside.runtime.select import runtime_of
 
     try:
+        from deskside.cli.replicas import find_set, status_set_command
+
+        if (replica_set := find_set(run)) is not None:
+            status_set_command(replica_set, known_hosts, as_json)
+            return
         record = find_run(run)
         st = runtime_of(record, known_hosts).status(record)
     except DesksideError as exc:

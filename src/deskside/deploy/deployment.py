@@ -125,6 +125,8 @@ class Deployment:
                 release=release,
                 started_at=iso(self.now()),
                 ready_at=iso(self.now()) if ready else None,
+                replica_set=recipe.replica_set,
+                engine_keyed=recipe.engine_keyed,
                 nodes=[
                     RunNode(
                         name=la.node,

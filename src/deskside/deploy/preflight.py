@@ -209,7 +209,7 @@ def service_programs(recipe: Recipe, head: bool) -> dict[str, tuple[str, str]]:
         # torch's inductor compiles vLLM's CPU kernels at the first request; without a
         # compiler the engine starts, then dies on the first completion
         out["g++"] = ("engine.device: cpu", "apt install g++ (vLLM on CPU needs GCC 12+)")
-    if recipe.proxy.enabled and head and (native or recipe.proxy.image is None):
+    if recipe.runs_proxy and head and (native or recipe.proxy.image is None):
         out[recipe.proxy.litellm] = (
             "proxy.litellm",
             "install the pinned proxy there (deskside proxy install --venv DIR) and set "
@@ -247,7 +247,7 @@ def head_ports(recipe: Recipe, engine_ports: Sequence[int]) -> dict[int, str]:
         recipe.cluster.fabric.master_port: "cluster.fabric.master_port (rendezvous)",
     }
     ports = {p: names.get(p, "the engine") for p in engine_ports}
-    if recipe.proxy.enabled:
+    if recipe.runs_proxy:
         ports[recipe.proxy.port] = "proxy.port"
     return ports
 
@@ -353,7 +353,7 @@ def check_node(
     for program, (where, hint) in service_programs(recipe, node.role == "head").items():
         if program not in facts.programs:
             problem(f"{program} ({where}) is not found on {name}", hint)
-    if recipe.proxy.enabled and node.role == "head":
+    if recipe.runs_proxy and node.role == "head":
         key_file = recipe.proxy.master_key_file
         if key_file is not None:
             if facts.key_mode in (None, "missing"):

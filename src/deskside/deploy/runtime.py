@@ -39,7 +39,7 @@ STAGES = ("preflight", "render", "diff", "push", "start", "ready", "contract")
 
 
 def proxy_url(recipe: Recipe) -> str | None:
-    if not recipe.proxy.enabled:
+    if not recipe.runs_proxy:
         return None
     return f"http://{recipe.head.address}:{recipe.proxy.port}"
 

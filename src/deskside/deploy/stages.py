@@ -236,7 +236,7 @@ def _secret_ops(d: Deployment) -> list[Op]:
     own, the proxy's master key, into the head's 0700 secrets folder; each value goes over
     SFTP into a file created 0600, on no command line."""
     recipe = d.recipe
-    if not recipe.proxy.enabled:
+    if not recipe.engine_keyed:
         return []
     ops: list[Op] = [
         Run(d.head, tuple(rel.private_dir(d.layout.secrets)), "creating the secrets folder"),
@@ -249,7 +249,7 @@ def _secret_ops(d: Deployment) -> list[Op]:
             secret=True,
         ),
     ]
-    if recipe.proxy.master_key_file is None:
+    if recipe.runs_proxy and recipe.proxy.master_key_file is None:
         key = secrets.proxy_master_key(recipe.name)
         ops.append(
             Put(

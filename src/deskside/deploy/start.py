@@ -145,7 +145,7 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
         timeout=d.options.timeout,
         say=d.say,
         interval=d.options.poll_interval,
-        client=d.http(10, secrets.engine_auth(d.recipe.name, d.recipe.proxy.enabled)),
+        client=d.http(10, secrets.engine_auth(d.recipe.name, d.recipe.engine_keyed)),
     )
     if d.services:
         wait_services(
@@ -173,7 +173,7 @@ def ready(d: Deployment) -> Outcome:
 
 def proxy_key(d: Deployment) -> str | None:
     recipe = d.recipe
-    if not recipe.proxy.enabled:
+    if not recipe.runs_proxy:
         return None
     if recipe.proxy.master_key_file is None:
         return secrets.proxy_master_key(recipe.name).reveal()

@@ -310,7 +310,7 @@ def data_parallel_layout(recipe: Recipe) -> DpLayout | None:
 def secret_env_file(recipe: Recipe, site: Site) -> str | None:
     """The head's engine key file when a proxy fronts the engine: the proxy is then the only
     door, since the engine answers /v1 only with the key (vLLM's AuthenticationMiddleware)."""
-    if not recipe.proxy.enabled or site.secrets_dir is None:
+    if not recipe.engine_keyed or site.secrets_dir is None:
         return None
     return f"{site.secrets_dir}/{ENGINE_ENV_FILE}"
 

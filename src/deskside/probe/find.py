@@ -4,15 +4,14 @@ elsewhere; the run must be up."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from deskside.errors import DesksideError, UsageError
 from deskside.home import resolve_recipe
 from deskside.probe.keys import engine_headers, proxy_headers
 from deskside.probe.target import ProbeTarget, probe_target
-from deskside.recipe.load import load_recipe
 from deskside.recipe.types import Recipe
+from deskside.replicas.groups import group_names, group_recipes
 from deskside.runtime.records import RUN_NAME_RE, RunRecord, load_run
+from deskside.runtime.run_recipe import load_run_recipe
 
 
 def _recipe_and_run(arg: str) -> tuple[Recipe, RunRecord]:
@@ -22,7 +21,19 @@ def _recipe_and_run(arg: str) -> tuple[Recipe, RunRecord]:
         run = load_run(arg) if RUN_NAME_RE.fullmatch(arg) else None
         if run is None:
             raise
-        return load_recipe(Path(run.recipe)), run
+        found = load_run_recipe(run)
+        if found is None:
+            raise DesksideError(
+                f"the recipe {arg} was started from cannot be read ({run.recipe})",
+                hint="probe it by its recipe file",
+            ) from None
+        return found, run
+    if recipe.replicas is not None:
+        groups = ", ".join(group_recipes(recipe)[g].name for g in group_names(recipe))
+        raise DesksideError(
+            f"{recipe.name} is a replica set: each group is a run of its own",
+            hint=f"probe each group: {groups}",
+        )
     run = load_run(recipe.name)
     if run is None:
         raise DesksideError(

@@ -22,7 +22,7 @@ def _bearer(value: str) -> dict[str, str]:
 
 def engine_headers(run: RunRecord) -> dict[str, str] | None:
     """The engine's key header; None when no proxy fronts the engine (it has no key)."""
-    if run.proxy_url is None:
+    if not run.keyed:
         return None
     path = secrets.engine_env_path(run.recipe_name)
     if not path.is_file():

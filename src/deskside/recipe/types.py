@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from deskside.recipe.cluster import Cluster, Fabric, Node, NodeFabric, Ssh
 from deskside.recipe.data_parallel_rules import data_parallel_problems
-from deskside.recipe.problems import LocPath, raise_problems
+from deskside.recipe.problems import LocPath, Problem, raise_problems
+from deskside.recipe.replicas import ReplicaGroup, Replicas, group_nodes, replica_problems
 from deskside.recipe.rules import (
     container_image_problems,
     device_problems,
@@ -85,18 +86,23 @@ class Recipe(BaseModel):
         description="Wedge detection (no token while requests run) and the recovery policy "
         "of `deskside watch`.",
     )
+    replicas: Replicas | None = Field(
+        None,
+        description="Several engine groups over cluster.nodes serving the same names behind "
+        "one LiteLLM proxy. None: the nodes are one engine.",
+    )
+    # Set on the recipes `deskside.replicas.groups` derives for each group: the replica
+    # set's name. Such a group's engine requires its key (the set's proxy fronts it) but the
+    # group runs no proxy of its own. Not a recipe key.
+    _replica_set: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _rules(self) -> Recipe:
         nodes = self.cluster.nodes
         engine = self.engine
-        raise_problems(
-            [
+        if self.replicas is None:
+            layout = [
                 *head_problems(nodes),
-                *unique_node_problems(nodes),
-                *device_problems(nodes, device=engine.device),
-                *netns_problems(nodes),
-                *roce_problems(nodes, transport=self.cluster.fabric.transport),
                 *rank_problems(
                     nodes,
                     nnodes=engine.nnodes,
@@ -105,6 +111,33 @@ class Recipe(BaseModel):
                     data_parallel_size=engine.data_parallel_size,
                 ),
                 *data_parallel_problems(nodes, engine, master_port=self.cluster.fabric.master_port),
+            ]
+        else:
+            layout = replica_problems(
+                nodes,
+                self.replicas,
+                recipe_name=self.name,
+                nnodes=engine.nnodes,
+                ranks=engine.data_parallel_size
+                * engine.tensor_parallel_size
+                * engine.pipeline_parallel_size,
+            )
+        if self.replicas is not None and not self.proxy.enabled:
+            layout.append(
+                Problem(
+                    ("proxy", "enabled"),
+                    "replicas need the proxy: it spreads every request over the groups",
+                    "set proxy.enabled: true",
+                    fallback_locs=(("replicas",),),
+                )
+            )
+        raise_problems(
+            [
+                *layout,
+                *unique_node_problems(nodes),
+                *device_problems(nodes, device=engine.device),
+                *netns_problems(nodes),
+                *roce_problems(nodes, transport=self.cluster.fabric.transport),
                 *container_image_problems(runtime_kind=self.runtime.kind, image=engine.image),
                 *head_port_problems(self._head_ports()),
             ]
@@ -128,8 +161,26 @@ class Recipe(BaseModel):
         return used
 
     @property
+    def replica_set(self) -> str | None:
+        """The replica set this recipe is a group of (see `_replica_set`), else None."""
+        return self._replica_set
+
+    @property
+    def engine_keyed(self) -> bool:
+        """A proxy fronts the engine, so the head's engine requires its own key: the
+        recipe's proxy, or the replica set's for one of its groups."""
+        return self.proxy.enabled
+
+    @property
+    def runs_proxy(self) -> bool:
+        """This recipe's head runs the LiteLLM proxy (not a replica group's: the set runs
+        one proxy for all its groups)."""
+        return self.proxy.enabled and self._replica_set is None
+
+    @property
     def head(self) -> Node:
-        """The head node (runs the API server and rank 0)."""
+        """The head node (runs the API server and rank 0); the first group's with
+        replicas."""
         for node in self.cluster.nodes:
             if node.role == "head":
                 return node
@@ -153,8 +204,11 @@ __all__ = [
     "Proxy",
     "Recipe",
     "Recover",
+    "ReplicaGroup",
+    "Replicas",
     "Runtime",
     "Speculative",
     "Ssh",
     "Survive",
+    "group_nodes",
 ]

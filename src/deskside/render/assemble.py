@@ -85,7 +85,7 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
         bundle.add(
             f"{CLUSTER_DIR}/{services.CLUSTER_COMPOSE}", services.render_cluster_compose(ctx)
         )
-    if recipe.proxy.enabled:
+    if recipe.runs_proxy:
         bundle.add(f"{CLUSTER_DIR}/litellm/config.yaml", proxy.render_litellm_config(ctx))
         bundle.add(f"{CLUSTER_DIR}/litellm/run-proxy.sh", proxy.render_run_proxy(ctx), MODE_SCRIPT)
     if recipe.monitoring.enabled:
@@ -121,7 +121,7 @@ def _notes(ctx: RenderContext) -> list[str]:
     recipe = ctx.recipe
     for fabric in fabric_envs(recipe).values():
         notes.extend(f"{fabric.node}: {w}" for w in fabric.warnings)
-    if recipe.proxy.enabled and recipe.engine.host in WILDCARD_HOSTS:
+    if recipe.engine_keyed and recipe.engine.host in WILDCARD_HOSTS:
         notes.append(
             f"engine.host is {recipe.engine.host}: the engine's API answers on every address "
             "of the head; it takes /v1 requests only with its own key, but vLLM leaves "
@@ -142,7 +142,7 @@ def _notes(ctx: RenderContext) -> list[str]:
 def _service_images(recipe: Recipe) -> list[tuple[str, str]]:
     """The Compose images of the services the recipe turns on, with their recipe fields."""
     out = (
-        [("proxy.image", recipe.proxy.image)] if recipe.proxy.enabled and recipe.proxy.image else []
+        [("proxy.image", recipe.proxy.image)] if recipe.runs_proxy and recipe.proxy.image else []
     )
     if recipe.monitoring.enabled:
         images = recipe.monitoring.images
@@ -182,7 +182,7 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
         if p.startswith(CLUSTER_DIR + "/") and p != lockfile.LOCK_PATH
     }
     svc: dict[str, Any] = {"engine_api": ctx.api_base}
-    if recipe.proxy.enabled:
+    if recipe.runs_proxy:
         svc["proxy"] = {
             "port": recipe.proxy.port,
             "master_key_file": proxy.master_key_path(ctx),

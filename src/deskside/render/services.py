@@ -55,7 +55,7 @@ def cluster_services(ctx: RenderContext) -> list[str]:
     """The head's services under Docker Compose: the proxy when it has an image, the
     monitoring's Prometheus and Grafana."""
     recipe = ctx.recipe
-    proxy = recipe.proxy.enabled and recipe.proxy.image is not None
+    proxy = recipe.runs_proxy and recipe.proxy.image is not None
     return [PROXY] * proxy + [PROMETHEUS, GRAFANA] * recipe.monitoring.enabled
 
 

@@ -152,7 +152,7 @@ def node_services(ctx: RenderContext, n: NodeContext) -> list[str]:
     """The services (besides the engine) node `n` runs, in a fixed order."""
     recipe = ctx.recipe
     head = n.node.role == "head"
-    out = [PROXY] if head and recipe.proxy.enabled else []
+    out = [PROXY] if head and recipe.runs_proxy else []
     if recipe.monitoring.enabled:
         out += [PROMETHEUS, GRAFANA] if head else []
         out += [NODE_EXPORTER, EXPORTER]

@@ -129,6 +129,8 @@ class LocalStart:
             planned_kv_cache_tokens=plan.kv_cache_tokens,
             planned_kv_cache_line=plan.kv_cache_line,
             started_at=_iso(now()),
+            replica_set=recipe.replica_set,
+            engine_keyed=recipe.engine_keyed,
             nodes=[
                 RunNode(
                     name=la.node,
@@ -156,7 +158,7 @@ class LocalStart:
             engine_env=secrets.engine_env_path(recipe.name),
             state_dirs={name: la.recipe_dir for name, la in self.layouts.items()},
         )
-        if recipe.proxy.enabled:
+        if recipe.runs_proxy:
             port = recipe.proxy.port
             self.report.proxy_url = self.record.proxy_url = f"http://{recipe.head.address}:{port}"
 
@@ -278,7 +280,7 @@ class LocalStart:
 
     @property
     def _behind_proxy(self) -> bool:
-        return self.recipe.proxy.enabled and "proxy" not in self.skip
+        return self.recipe.engine_keyed and "proxy" not in self.skip
 
     def _engine_auth(self) -> dict[str, str] | None:
         return secrets.engine_auth(self.recipe.name, self._behind_proxy)

@@ -154,9 +154,16 @@ class RunRecord(BaseModel):
     nodes: list[RunNode]
     network: LocalNetwork | None = None
     shm_before: list[str] | None = None  # local runs: /dev/shm names before the start
+    replica_set: str | None = None  # a group of this replica set (its proxy fronts it)
+    engine_keyed: bool | None = None  # the head's engine requires its key; None: older record
 
     def layout(self, node: RunNode) -> NodeLayout:
         return NodeLayout.at(node.recipe_dir, self.recipe_name)
+
+    @property
+    def keyed(self) -> bool:
+        """The head's engine answers /v1 only with its key (a proxy fronts it)."""
+        return self.engine_keyed if self.engine_keyed is not None else self.proxy_url is not None
 
 
 # --------------------------------------------------------------------------- on the nodes

@@ -141,7 +141,7 @@ def restart_engines(
         watched(n.name, done.states[n.name], controls[n.name], transports[n.name], n.name)
         for n in order
     ]
-    auth = secrets.engine_auth(run.recipe_name, run.proxy_url is not None)
+    auth = secrets.engine_auth(run.recipe_name, run.keyed)
     wait_ready(
         api_url=run.api_url,
         served_names=run.served_names,

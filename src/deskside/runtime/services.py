@@ -116,7 +116,7 @@ def litellm_program(recipe: Recipe) -> str | None:
 
 def wanted(recipe: Recipe) -> list[str]:
     """The services the recipe enables (proxy, prometheus, node_exporter, exporter)."""
-    out = ["proxy"] if recipe.proxy.enabled else []
+    out = ["proxy"] if recipe.runs_proxy else []
     if recipe.monitoring.enabled:
         out += ["prometheus", "node_exporter", "exporter"]
     if recipe.survive.watch:

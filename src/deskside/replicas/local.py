@@ -1,0 +1,304 @@
+"""A replica set on this machine: every group brought up as a run of its own (its network
+namespaces, engines, watcher), then one LiteLLM proxy in this machine's root namespace,
+which reaches every group's bridge, with the rendered set configuration
+(`deskside.replicas.render`). A group that fails to start stops the groups started before
+it; `down` stops the proxy, then every group (or one group with `group=`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from deskside import secrets
+from deskside.errors import DesksideError
+from deskside.home import runs_dir
+from deskside.planner.plan import Plan
+from deskside.recipe.types import Recipe
+from deskside.replicas.groups import group_recipes
+from deskside.replicas.proxy import engines_env_text
+from deskside.replicas.records import ProxyProcess, SetRecord, load_set, remove_set, save_set
+from deskside.replicas.render import proxy_files, proxy_url
+from deskside.runtime import node_sh
+from deskside.runtime.contract import require_contract, wait_proxy
+from deskside.runtime.local import start_here
+from deskside.runtime.ops import stamp
+from deskside.runtime.pipeline import Progress, UpOptions, UpReport, describe
+from deskside.runtime.records import load_run
+from deskside.runtime.services import litellm_program
+from deskside.runtime.status import down as down_run
+from deskside.runtime.status import status as run_status
+from deskside.safefs import make_dirs, write_file
+from deskside.transport.local import LocalTransport
+
+PROXY_FOLDER = "proxy"
+ENGINES_ENV = "engines.env"
+
+
+@dataclass
+class SetReport:
+    recipe: str
+    runtime: str
+    dry_run: bool
+    proxy_url: str | None
+    served_names: list[str]
+    groups: dict[str, UpReport] = field(default_factory=dict)
+    ok: bool = False
+    failed_stage: str | None = None  # "group <g>: <stage>", "proxy" or "contract"
+    error: str | None = None
+    hint: str | None = None
+    exit_code: int = 0
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped_groups: list[str] = field(default_factory=list)  # rolled back after a failure
+
+    def to_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["groups"] = {g: r.to_dict() for g, r in self.groups.items()}
+        return data
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat(timespec="seconds")
+
+
+def _running(name: str) -> bool:
+    run = load_run(name)
+    return run is not None and any(n.state == "running" for n in run_status(run).nodes)
+
+
+def proxy_alive(proxy: ProxyProcess) -> bool:
+    poll = node_sh.poll_process(proxy.pid, "/dev/null", 0, proxy.pid_start, proxy.run_tag)
+    r = LocalTransport().run(poll, timeout=60)
+    return r.ok and node_sh.parse_poll(r.stdout)[0]
+
+
+class SetStart:
+    def __init__(
+        self,
+        recipe: Recipe,
+        recipe_path: Path,
+        plans: Mapping[str, Plan],
+        options: UpOptions,
+        say: Progress,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.recipe, self.recipe_path, self.plans = recipe, recipe_path, plans
+        self.options, self.say, self.now = options, say, now
+        self.groups = group_recipes(recipe)
+        self.folder = runs_dir() / recipe.name / PROXY_FOLDER
+        self.key_dir = secrets.secrets_dir(recipe.name)
+        self.master_key = (
+            Path(recipe.proxy.master_key_file)
+            if recipe.proxy.master_key_file
+            else self.key_dir / secrets.PROXY_MASTER_KEY
+        )
+        url = proxy_url(recipe)
+        self.report = SetReport(
+            recipe=recipe.name,
+            runtime="local",
+            dry_run=options.dry_run,
+            proxy_url=url,
+            served_names=list(recipe.model.all_names),
+        )
+        self.record = SetRecord(
+            recipe=str(recipe_path),
+            recipe_name=recipe.name,
+            runtime="local",
+            groups=list(self.groups),
+            proxy_url=url,
+            started_at=_iso(now()),
+        )
+
+    def run(self) -> SetReport:
+        t0 = time.monotonic()
+        try:
+            self._preflight()
+            for group, one in self.groups.items():
+                if not self._group(group, one):
+                    return self._fail(t0)
+            if self.options.dry_run:
+                self.report.notes.append(
+                    f"then: LiteLLM on {self.report.proxy_url} over groups "
+                    f"{', '.join(self.groups)}, and a completion per name through it"
+                )
+            else:
+                self.report.failed_stage = "proxy"
+                self._proxy()
+                self.report.failed_stage = "contract"
+                self._contract()
+                self.report.failed_stage = None
+            self.report.ok = True
+        except DesksideError as exc:
+            self.report.error, self.report.hint = describe(exc, hint=False), exc.hint
+            self.report.exit_code = exc.exit_code
+            if not self.options.dry_run:
+                self._rollback()
+            return self._fail(t0)
+        self.report.seconds = time.monotonic() - t0
+        return self.report
+
+    def _fail(self, t0: float) -> SetReport:
+        self.report.ok = False
+        self.report.exit_code = self.report.exit_code or 1
+        self.report.seconds = time.monotonic() - t0
+        return self.report
+
+    def _preflight(self) -> None:
+        current = load_set(self.recipe.name)
+        if (
+            current is not None
+            and not self.options.dry_run
+            and (
+                any(_running(current.group_run(g)) for g in current.groups)
+                or (current.proxy is not None and proxy_alive(current.proxy))
+            )
+        ):
+            raise DesksideError(
+                f"{self.recipe.name} is already up",
+                hint=f"deskside status --recipe {self.recipe.name}, or deskside down first",
+            )
+        if not self.options.dry_run and litellm_program(self.recipe) is None:
+            raise DesksideError(
+                "the replica set's proxy (LiteLLM) is not installed here",
+                hint="install the pinned LiteLLM proxy: deskside proxy install",
+            )
+
+    def _group(self, group: str, one: Recipe) -> bool:
+        self.say(f"group {group}: starting {one.name}")
+        report = start_here(
+            one,
+            self.recipe_path,
+            self.plans[group],
+            self.options,
+            progress=lambda msg: self.say(f"group {group}: {msg}"),
+        )
+        self.report.groups[group] = report
+        if report.ok:
+            if not self.options.dry_run:
+                save_set(self.record)  # down finds the groups started so far
+            return True
+        self.report.failed_stage = f"group {group}: {report.failed_stage}"
+        self.report.error, self.report.hint = report.error, report.hint
+        self.report.exit_code = report.exit_code
+        if not self.options.dry_run:
+            self._rollback()
+        return False
+
+    def _proxy(self) -> None:
+        recipe = self.recipe
+        make_dirs(self.folder)
+        for name, (text, mode) in proxy_files(recipe, self.plans, self.recipe_path.name).items():
+            write_file(self.folder / name, text.encode(), mode)
+        if not recipe.proxy.master_key_file:
+            secrets.proxy_master_key(recipe.name)  # made once, 0600
+        keys = {g: secrets.engine_api_key(one.name).reveal() for g, one in self.groups.items()}
+        secrets.write_secret_file(self.key_dir / ENGINES_ENV, engines_env_text(keys))
+        started = self.now()
+        tag = f"{recipe.name}/proxy/{started:%Y%m%d%H%M%S}/proxy"
+        log = str(self.folder / f"proxy-{stamp(started)}.log")
+        program = litellm_program(recipe) or recipe.proxy.litellm
+        argv = [
+            "sh",
+            str(self.folder / "run-proxy.sh"),
+            str(self.master_key),
+            str(self.key_dir / ENGINES_ENV),
+            program,
+        ]
+        here = LocalTransport()
+        self.say(f"starting the LiteLLM proxy on {self.report.proxy_url}")
+        pid = here.spawn(argv, env={node_sh.RUN_TAG: tag}, log_path=log, cwd=str(self.folder))
+        start = node_sh.parse_proc_start(here.run(node_sh.proc_start(pid)).stdout)
+        self.record.proxy = ProxyProcess(pid=pid, pid_start=start, run_tag=tag, log=log)
+        save_set(self.record)
+        assert self.report.proxy_url is not None
+        wait_proxy(
+            httpx.Client(transport=self.options.http_transport, timeout=5),
+            self.report.proxy_url,
+            self.options.timeout,
+            self.options.poll_interval,
+            log,
+        )
+        if not proxy_alive(self.record.proxy):
+            tail = here.run(node_sh.tail_file(log, 12)).stdout.strip()
+            raise DesksideError(f"the proxy exited while starting; last lines of {log}:\n{tail}")
+
+    def _contract(self) -> None:
+        key = secrets.read_secret(self.master_key, secrets.PROXY_MASTER_KEY)
+        client = httpx.Client(
+            transport=self.options.http_transport,
+            timeout=self.options.contract_timeout,
+            headers={"Authorization": f"Bearer {key.reveal()}"},
+        )
+        assert self.report.proxy_url is not None
+        self.report.notes.append(
+            require_contract(client, self.report.proxy_url, self.report.served_names)
+        )
+
+    def _rollback(self) -> None:
+        self.say("stopping what this start began")
+        record = load_set(self.recipe.name) or self.record
+        leftovers = down_set(record, grace=self.options.grace)
+        self.report.stopped_groups = [g for g in self.groups if g in self.report.groups]
+        if leftovers:
+            self.report.notes.append("could not stop: " + "; ".join(leftovers))
+
+
+def up_set(
+    recipe: Recipe,
+    recipe_path: Path,
+    plans: Mapping[str, Plan],
+    options: UpOptions,
+    progress: Progress | None = None,
+    now: Callable[[], datetime] | None = None,
+) -> SetReport:
+    """Start the set (see the module docstring). Never raises for a failed step: the report
+    says what failed."""
+    start = SetStart(
+        recipe,
+        recipe_path,
+        plans,
+        options,
+        progress or (lambda _msg: None),
+        now or (lambda: datetime.now(UTC)),
+    )
+    return start.run()
+
+
+def stop_proxy(record: SetRecord, grace: float) -> str | None:
+    """Stop the set's proxy (the process deskside started, by pid, start time and tag);
+    `why` when it could not be stopped."""
+    p = record.proxy
+    if p is None:
+        return None
+    r = LocalTransport().run(node_sh.stop_session(p.pid, grace, p.pid_start, p.run_tag))
+    return None if r.ok else f"proxy (pid {p.pid}): {r.stderr.strip() or 'still running'}"
+
+
+def down_set(record: SetRecord, grace: float = 20.0, group: str | None = None) -> list[str]:
+    """Stop the proxy and every group (or only `group`, leaving the proxy to route around
+    it); returns `what: why` for each thing that could not be stopped."""
+    if group is not None and group not in record.groups:
+        raise DesksideError(
+            f"{record.recipe_name} has no group {group!r}",
+            hint=f"its groups: {', '.join(record.groups)}",
+        )
+    leftovers: list[str] = []
+    if group is None:
+        why = stop_proxy(record, grace)
+        if why:
+            leftovers.append(why)
+    for g in [group] if group is not None else record.groups:
+        run = load_run(record.group_run(g))
+        if run is not None:
+            leftovers += [f"group {g}: {x}" for x in down_run(run, grace)]
+    if group is None and not leftovers:
+        remove_set(record.recipe_name)
+    return leftovers
+
+
+__all__ = ["SetReport", "down_set", "proxy_alive", "stop_proxy", "up_set"]

@@ -1,0 +1,105 @@
+"""The replica set's LiteLLM proxy (pure): every served name and alias routed over every
+group's engine, with LiteLLM's own retries, cooldowns and background health checks.
+
+Why LiteLLM's router: it is already the door of a one-engine recipe, and it has what a set
+needs without another load balancer: several deployments under one `model_name`, a
+routing strategy (`least-busy` counts the requests in flight per group), a retry on
+another deployment when one fails, a cooldown that takes a failing group out of the
+rotation for `cooldown_time` seconds after `allowed_fails` failures, and background health
+checks (`health_check_interval`) whose failures route around a group until it passes
+again (`enable_health_check_routing`). Each group's engine has its own key; the proxy reads
+them from the environment (`key_env`), never from a rendered file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from deskside.engine.launch import probe_url
+from deskside.recipe.types import Recipe
+from deskside.render.serialize import comment_header, yaml_text
+
+MASTER_KEY_ENV = "LITELLM_MASTER_KEY"
+
+
+def key_env(group: str) -> str:
+    """The environment variable that holds `group`'s engine key in the proxy."""
+    return "DESKSIDE_ENGINE_KEY_" + group.upper().replace("-", "_")
+
+
+def backend_url(group_recipe: Recipe) -> str:
+    """Where the proxy reaches a group's engine (its head's API)."""
+    return probe_url(group_recipe)
+
+
+def set_litellm_config(
+    recipe: Recipe, groups: Mapping[str, Recipe], max_model_len: Mapping[str, int]
+) -> dict[str, Any]:
+    """LiteLLM's config for the set: one deployment per (served name, group)."""
+    assert recipe.replicas is not None
+    r = recipe.replicas
+    model_list = [
+        {
+            "model_name": name,
+            "litellm_params": {
+                # LiteLLM's vLLM provider: the part after the slash is the name sent to
+                # vLLM, which answers to every --served-model-name
+                "model": f"hosted_vllm/{name}",
+                "api_base": f"{backend_url(one)}/v1",
+                "api_key": f"os.environ/{key_env(group)}",
+                "timeout": r.timeout,
+            },
+            # the id names the group in LiteLLM's logs, health results and cooldowns
+            "model_info": {"id": f"{group}/{name}", "max_input_tokens": max_model_len[group]},
+        }
+        for name in recipe.model.all_names
+        for group, one in groups.items()
+    ]
+    general: dict[str, Any] = {"master_key": f"os.environ/{MASTER_KEY_ENV}"}
+    if r.health_check_interval:
+        general |= {
+            "background_health_checks": True,
+            "health_check_interval": r.health_check_interval,
+        }
+    return {
+        "model_list": model_list,
+        "router_settings": {
+            "routing_strategy": r.routing_strategy,
+            "num_retries": r.num_retries,
+            "allowed_fails": r.allowed_fails,
+            "cooldown_time": r.cooldown_time,
+            "timeout": r.timeout,
+            "enable_health_check_routing": bool(r.health_check_interval),
+        },
+        "general_settings": general,
+    }
+
+
+def render_set_config(
+    recipe: Recipe,
+    groups: Mapping[str, Recipe],
+    max_model_len: Mapping[str, int],
+    recipe_file: str,
+) -> str:
+    header = comment_header(
+        f"{recipe.name}: LiteLLM routes {', '.join(recipe.model.all_names)} over the "
+        f"engines of groups {', '.join(groups)}.",
+        f"Rendered by `deskside render` from {recipe_file}.",
+    )
+    return yaml_text(set_litellm_config(recipe, groups, max_model_len), header)
+
+
+def engines_env_text(keys: Mapping[str, str]) -> bytes:
+    """The proxy's secret environment: every group's engine key under its variable."""
+    return "".join(f"{key_env(group)}={value}\n" for group, value in keys.items()).encode()
+
+
+__all__ = [
+    "MASTER_KEY_ENV",
+    "backend_url",
+    "engines_env_text",
+    "key_env",
+    "render_set_config",
+    "set_litellm_config",
+]

@@ -1,0 +1,46 @@
+#!/bin/sh
+# local-replicas-a: the vLLM engine of node rep-a1 (worker, node rank 1).
+# Rendered by `deskside render` from local-replicas.yaml.
+# Change the recipe and render again rather than editing this file.
+# Every value is quoted for POSIX sh: recipe values are literal on purpose, so shellcheck's
+# "does not expand in quotes" notes do not apply.
+# shellcheck disable=SC1003,SC2016,SC2088
+set -eu
+
+# Environment: deskside's runtime defaults, then the node's launch environment (fabric,
+# NCCL/Gloo, the recipe's engine.env). node.env holds the same values for Compose.
+export GLOO_SOCKET_IFNAME=ds-rva1
+export HF_HOME=/var/lib/deskside/hf-cache
+export HF_HUB_OFFLINE=1
+export NCCL_IB_DISABLE=1
+export NCCL_NET=Socket
+export NCCL_SOCKET_IFNAME=ds-rva1
+export VLLM_HOST_IP=10.79.0.2
+export VLLM_TARGET_DEVICE=cpu
+
+# deskside's run tag (recipe/node/start time/engine): how `deskside exporter` finds this
+# engine among the node's processes. A start by deskside itself passes its own; a start by
+# systemd or Docker gets this start's time.
+if [ -z "${DESKSIDE_RUN:-}" ]; then
+  DESKSIDE_RUN=local-replicas-a/rep-a1/"$(date -u +%Y%m%d%H%M%S)/engine"
+  export DESKSIDE_RUN
+fi
+
+exec python3 -m deskside.engine.cpu serve /opt/deskside/local-replicas-a/models/tiny-llama \
+  --served-model-name llama-tiny tiny-replicas \
+  --tensor-parallel-size 2 \
+  --pipeline-parallel-size 1 \
+  --distributed-executor-backend mp \
+  --load-format dummy \
+  --max-model-len 4096 \
+  --max-num-batched-tokens 4096 \
+  --max-num-seqs 6 \
+  --kv-cache-memory-bytes 536870912 \
+  --enable-prefix-caching \
+  --enable-chunked-prefill \
+  --enforce-eager \
+  --nnodes 2 \
+  --node-rank 1 \
+  --master-addr 10.79.0.1 \
+  --master-port 25000 \
+  --headless
