@@ -156,7 +156,7 @@ def test_unknown_recipe_hints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def test_every_tiny_model_entry_names_an_embedded_recipe_and_a_known_arch() -> None:
     models = embedded_tiny_models()
     recipes = embedded_recipes()
-    assert models == {"local-tiny": "deepseek-v3"}
+    assert models == {"local-tiny": "deepseek-v3", "local-replicas": "llama"}
     assert set(models) <= set(recipes)
     assert set(models.values()) <= set(ARCHS)
     # every embedded recipe that serves a local folder with random weights declares its model

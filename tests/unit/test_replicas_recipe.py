@@ -122,3 +122,20 @@ def test_shipped_replica_recipes_load_and_split() -> None:
         assert len(groups) == 2
         nodes = [n.name for one in groups.values() for n in one.cluster.nodes]
         assert sorted(nodes) == sorted(n.name for n in recipe.cluster.nodes)
+
+
+def test_a_node_finds_its_groups_engine_and_one_engine_commands_refuse_a_set() -> None:
+    from deskside.errors import UsageError
+    from deskside.replicas.groups import engine_recipe_of, refuse_replica_set
+
+    recipe = load_recipe_text(BASE)
+    assert engine_recipe_of(recipe, "b1").name == "rs-b"
+    assert engine_recipe_of(recipe, "a0").name == "rs-a"
+    # every node but the first head gets the model from it (workers and other heads)
+    assert [n.name for n in recipe.workers] == ["a1", "b0", "b1"]
+    with pytest.raises(UsageError) as info:
+        refuse_replica_set(recipe, "doctor")
+    assert "rs-a, rs-b" in (info.value.hint or "")
+    one_engine = load_recipe_text((ROOT / "recipes" / "local-tiny.yaml").read_text())
+    refuse_replica_set(one_engine, "doctor")  # nothing to refuse
+    assert engine_recipe_of(one_engine, "node1") is one_engine

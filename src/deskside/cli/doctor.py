@@ -103,10 +103,12 @@ def doctor(
     remains."""
     from deskside.doctor.run import Doctor
     from deskside.home import resolve_recipe
+    from deskside.replicas.groups import refuse_replica_set
     from deskside.runtime.transports import transport_for
 
     try:
         loaded, path = resolve_recipe(recipe)
+        refuse_replica_set(loaded, "doctor")
         transports = {n.name: transport_for(n, known_hosts) for n in loaded.cluster.nodes}
         doc = Doctor(loaded, path, transports, known_hosts, extra_checks=_extra_checks())
         if as_json:

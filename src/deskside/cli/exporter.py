@@ -95,8 +95,11 @@ def exporter(
     def warn(message: str) -> None:
         err.print(f"[yellow]warning:[/] {shown(message)}", highlight=False)
 
+    from deskside.replicas.groups import engine_recipe_of
+
     try:
         loaded, path = resolve_recipe(recipe)
+        loaded = engine_recipe_of(loaded, node)  # a replica set: the node's group
         me = find_node(loaded, node)
         proc = _root(proc_root, "--proc-root")
         folder = cgroup_folder(cgroup, sysfs_root, proc)

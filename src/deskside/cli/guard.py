@@ -118,10 +118,12 @@ def guard(
     from types import FrameType
 
     from deskside.home import resolve_recipe
+    from deskside.replicas.groups import engine_recipe_of
     from deskside.units import format_bytes
 
     try:
         loaded, path = resolve_recipe(recipe)
+        loaded = engine_recipe_of(loaded, node)  # a replica set: the node's group
         me = find_node(loaded, node)
         if not loaded.guard.enforce:
             raise UsageError(

@@ -46,9 +46,11 @@ def check(recipe: RecipeArg, prometheus: PrometheusOpt = None, as_json: JsonFlag
     from deskside.monitor.top import prometheus_url
     from deskside.monitor.view import check_table
     from deskside.planner.inputs import plan_recipe
+    from deskside.replicas.groups import refuse_replica_set
 
     try:
         loaded, path = resolve_recipe(recipe)
+        refuse_replica_set(loaded, "monitor check")
         monitoring = rendered(loaded, path, plan_recipe(loaded, path))
         with Prometheus(prometheus or prometheus_url(loaded)) as prom:
             try:

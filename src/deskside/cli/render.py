@@ -23,12 +23,16 @@ app = typer.Typer()
 FIX_HINT = "fix the recipe (see `deskside plan`), or pass --force to render anyway"
 
 
-def _render(recipe_arg: str, force: bool) -> tuple[Recipe, Path, Bundle]:
+def _render(recipe_arg: str, force: bool, one_engine: bool = False) -> tuple[Recipe, Path, Bundle]:
     from deskside.home import resolve_recipe
     from deskside.planner.inputs import plan_recipe
     from deskside.render.assemble import render as render_bundle
 
     recipe, path = resolve_recipe(recipe_arg)
+    if one_engine:
+        from deskside.replicas.groups import refuse_replica_set
+
+        refuse_replica_set(recipe, "diff")
     if recipe.replicas is not None:
         from deskside.replicas.plans import plan_set, set_refusal
         from deskside.replicas.render import render_set
@@ -119,7 +123,7 @@ def diff(
 
     try:
         old = read_lock(against) if against is not None else None
-        _, _, bundle = _render(recipe, force)
+        _, _, bundle = _render(recipe, force, one_engine=True)
         result = diff_locks(old, bundle)
     except DesksideError as exc:
         fail(exc, as_json)

@@ -43,7 +43,7 @@ def model_fact_argv(recipe: Recipe) -> list[str] | None:
     """The model fact `model_findings` runs on every node (a pinned revision on more than
     one node), or None."""
     m = recipe.model
-    workers = [n for n in recipe.cluster.nodes if n.role == "worker"]
+    workers = recipe.workers
     if m.repo is None or m.revision is None or not workers:
         return None
     return model_fact(cache_entry(recipe.runtime.hf_cache, m.repo), m.revision)

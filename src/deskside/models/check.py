@@ -122,7 +122,7 @@ def model_findings(
     Only for a pinned Hugging Face revision on more than one node: a `model.path` folder is
     pushed by the deploy itself."""
     m = recipe.model
-    workers = [n for n in recipe.cluster.nodes if n.role == "worker"]
+    workers = recipe.workers
     if m.repo is None or m.revision is None or not workers:
         return [], []
     entry = cache_entry(recipe.runtime.hf_cache, m.repo)

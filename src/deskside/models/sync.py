@@ -357,7 +357,7 @@ class Sync:
         """The head's manifest and each worker's state are read at once; then the copies."""
         pinned(self.recipe)
         t0 = time.monotonic()
-        workers = [n for n in self.recipe.cluster.nodes if n.role == "worker"]
+        workers = self.recipe.workers
         results: dict[str, NodeSync] = {}
         pool = ThreadPoolExecutor(max_workers=1)
         head = pool.submit(self.head_manifest)

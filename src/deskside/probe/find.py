@@ -23,8 +23,8 @@ def _recipe_and_run(arg: str) -> tuple[Recipe, RunRecord]:
             raise
         found = load_run_recipe(run)
         if found is None:
-            raise DesksideError(
-                f"the recipe {arg} was started from cannot be read ({run.recipe})",
+            raise UsageError(
+                f"the recipe file {run.recipe} that {arg} was started from cannot be read",
                 hint="probe it by its recipe file",
             ) from None
         return found, run

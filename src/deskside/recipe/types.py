@@ -188,8 +188,10 @@ class Recipe(BaseModel):
 
     @property
     def workers(self) -> list[Node]:
-        """The worker nodes, in recipe order."""
-        return [node for node in self.cluster.nodes if node.role == "worker"]
+        """Every node but the head, in recipe order: the worker nodes (with replicas, the
+        other groups' heads too: they get the model from the head like any worker)."""
+        head = self.head
+        return [node for node in self.cluster.nodes if node is not head]
 
 
 __all__ = [

@@ -141,9 +141,7 @@ def _notes(ctx: RenderContext) -> list[str]:
 
 def _service_images(recipe: Recipe) -> list[tuple[str, str]]:
     """The Compose images of the services the recipe turns on, with their recipe fields."""
-    out = (
-        [("proxy.image", recipe.proxy.image)] if recipe.runs_proxy and recipe.proxy.image else []
-    )
+    out = [("proxy.image", recipe.proxy.image)] if recipe.runs_proxy and recipe.proxy.image else []
     if recipe.monitoring.enabled:
         images = recipe.monitoring.images
         out += [

@@ -42,9 +42,38 @@ def group_recipes(recipe: Recipe) -> dict[str, Recipe]:
     return out
 
 
+def engine_recipe_of(recipe: Recipe, node: str) -> Recipe:
+    """The recipe of the engine `node` belongs to: its group's in a replica set, else the
+    recipe itself."""
+    for one in group_recipes(recipe).values():
+        if any(n.name == node for n in one.cluster.nodes):
+            return one
+    return recipe
+
+
+def refuse_replica_set(recipe: Recipe, command: str) -> None:
+    """A UsageError for a command that works on one engine, given a replica set."""
+    if recipe.replicas is None:
+        return
+    from deskside.errors import UsageError
+
+    names = ", ".join(group_run_name(recipe.name, g) for g in group_names(recipe))
+    raise UsageError(
+        f"{recipe.name} is a replica set; `deskside {command}` works on one engine",
+        hint=f"its groups run as {names}: see `deskside status --recipe NAME` for each",
+    )
+
+
 def group_recipe(recipe: Recipe, group: str) -> Recipe:
     """One group's recipe (KeyError for a name the set does not have)."""
     return group_recipes(recipe)[group]
 
 
-__all__ = ["group_names", "group_recipe", "group_recipes", "group_run_name"]
+__all__ = [
+    "engine_recipe_of",
+    "group_names",
+    "group_recipe",
+    "group_recipes",
+    "group_run_name",
+    "refuse_replica_set",
+]
