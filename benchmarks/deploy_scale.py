@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from tests import sshd_hosts
 from tests.deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from tests.sshd_hosts import SshHost, SshHosts, can_run, ssh_hosts
+from tests.stand_in_engine import stand_in
 
 from deskside.deploy.runtime import STAGES, deploy
 from deskside.planner.inputs import plan_recipe
@@ -61,63 +62,6 @@ from deskside.runtime.status import down
 from deskside.runtime.transports import transport_for
 from deskside.transport import ssh
 from deskside.transport.base import Result, Transport
-
-STAND_IN = r"""
-import http.server, json, signal, sys, time
-args = sys.argv[1:]
-def value(flag, default=""):
-    return args[args.index(flag) + 1] if flag in args else default
-names = []
-if "--served-model-name" in args:
-    for a in args[args.index("--served-model-name") + 1:]:
-        if a.startswith("--"):
-            break
-        names.append(a)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-if "--headless" in args:
-    print("stand-in worker up", flush=True)
-    while True:
-        time.sleep(3600)
-class Api(http.server.BaseHTTPRequestHandler):
-    def _send(self, body):
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-    def do_GET(self):
-        if self.path == "/v1/models":
-            self._send({"data": [{"id": n} for n in names]})
-        else:
-            self._send({})
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._send({"choices": [{"message": {"content": "OK"}}]})
-    def log_message(self, *a):
-        pass
-server = http.server.ThreadingHTTPServer((value("--host"), int(value("--port"))), Api)
-print("(EngineCore pid=1) INFO [kv_cache_utils.py:1] " + KV_LINE, flush=True)
-print("INFO: Application startup complete.", flush=True)
-server.serve_forever()
-"""
-
-
-def stand_in(folder: Path, kv_line: str) -> Path:
-    """The wrapper the recipe names as its Python (see the module docstring)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    server = folder / "stand_in_engine.py"
-    server.write_text(f"KV_LINE = {kv_line!r}\n" + STAND_IN)
-    wrapper = folder / "python"
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        'if [ "$1" = -m ] && [ "$2" = deskside.engine.cpu ]; then\n'
-        f'  shift 3; exec {sys.executable} {server} "$@"\n'
-        "fi\n"
-        f'exec {sys.executable} "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 def recipe_data(hosts: SshHosts, count: int, name: str, python: Path) -> dict[str, Any]:

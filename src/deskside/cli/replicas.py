@@ -10,31 +10,29 @@ from typing import TYPE_CHECKING
 import typer
 
 from deskside.cli.common import emit_json, err, out, shown
-from deskside.errors import DesksideError, PlanRefused
+from deskside.errors import PlanRefused
 
 if TYPE_CHECKING:
     from deskside.recipe.types import Recipe
-    from deskside.replicas.local import SetReport
     from deskside.replicas.records import SetRecord
+    from deskside.replicas.start import SetReport
     from deskside.replicas.status import SetStatus
 
 
 def up_set_command(
-    loaded: Recipe, path: Path, timeout: float, dry_run: bool, as_json: bool
+    loaded: Recipe,
+    path: Path,
+    timeout: float,
+    dry_run: bool,
+    known_hosts: str | None,
+    as_json: bool,
 ) -> None:
     """Start every group, then the proxy (raises DesksideError for a refusal)."""
-    from deskside.replicas.local import up_set
     from deskside.replicas.plans import plan_set, set_refusal
+    from deskside.replicas.start import up_set
     from deskside.runtime.pipeline import UpOptions
     from deskside.runtime.records import run_lock
 
-    if any(n.ssh is not None for n in loaded.cluster.nodes):
-        raise DesksideError(
-            "replica sets start on this machine only (nodes in network namespaces); "
-            "this one has ssh: nodes",
-            hint="render it (`deskside render`) and start each group's bundle on its hosts, "
-            "then LiteLLM with proxy/run-proxy.sh on the first group's head",
-        )
     plans = plan_set(loaded, path)
     refusal = set_refusal(plans)
     if refusal is not None:
@@ -43,7 +41,7 @@ def up_set_command(
             hint="lower max_model_len (see `deskside plan`) or give the KV cache more memory",
         )
     t0 = time.monotonic()
-    options = UpOptions(dry_run=dry_run, timeout=timeout)
+    options = UpOptions(known_hosts=known_hosts, dry_run=dry_run, timeout=timeout)
     with run_lock(loaded.name), err.status("starting") as spinner:
         report = up_set(
             loaded,
@@ -93,7 +91,7 @@ def find_set(name: str | None) -> SetRecord | None:
 
 
 def down_set_command(record: SetRecord, group: str | None, as_json: bool) -> None:
-    from deskside.replicas.local import down_set
+    from deskside.replicas.start import down_set
     from deskside.runtime.records import run_lock
 
     with run_lock(record.recipe_name):

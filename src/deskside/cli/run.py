@@ -61,7 +61,7 @@ def up(
         if loaded.replicas is not None:
             from deskside.cli.replicas import up_set_command
 
-            up_set_command(loaded, path, timeout, dry_run, as_json)
+            up_set_command(loaded, path, timeout, dry_run, known_hosts, as_json)
             return
         planned = plan_recipe(loaded, path)
         runtime = runtime_for(loaded, known_hosts)

@@ -34,6 +34,8 @@ class SetRecord(BaseModel):
     groups: list[str]  # group names; group g runs as <recipe_name>-<g>
     proxy_url: str | None
     proxy: ProxyProcess | None = None
+    proxy_node: str | None = None  # the node the proxy runs on; None: this machine
+    known_hosts: str | None = None  # ssh: nodes
     started_at: str
 
     def group_run(self, group: str) -> str:

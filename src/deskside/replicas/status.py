@@ -70,14 +70,15 @@ def proxy_health(record: SetRecord, alive: bool, client: httpx.Client) -> str:
 
 def set_status(record: SetRecord, known_hosts: str | None = None) -> SetStatus:
     """Read every group's status and the proxy's (see the module docstring)."""
-    from deskside.replicas.local import proxy_alive
+    from deskside.replicas.place import recorded_transport
+    from deskside.replicas.start import proxy_alive
     from deskside.runtime.select import runtime_of
 
     groups: dict[str, ClusterStatus | None] = {}
     for g in record.groups:
         run = load_run(record.group_run(g))
         groups[g] = runtime_of(run, known_hosts).status(run) if run is not None else None
-    alive = record.proxy is not None and proxy_alive(record.proxy)
+    alive = record.proxy is not None and proxy_alive(record.proxy, recorded_transport(record))
     with httpx.Client(timeout=5) as client:
         proxy = proxy_health(record, alive, client)
     state, reasons = set_verdict({g: s.cluster if s else None for g, s in groups.items()}, proxy)

@@ -1,8 +1,9 @@
-"""A replica set on this machine: every group brought up as a run of its own (its network
-namespaces, engines, watcher), then one LiteLLM proxy in this machine's root namespace,
-which reaches every group's bridge, with the rendered set configuration
-(`deskside.replicas.render`). A group that fails to start stops the groups started before
-it; `down` stops the proxy, then every group (or one group with `group=`)."""
+"""Starting and stopping a replica set: every group brought up as a run of its own, by the
+runtime of its nodes (this machine's namespaces, or its `ssh:` hosts: a deploy), then one
+LiteLLM proxy with the rendered set configuration (`deskside.replicas.render`) where
+`deskside.replicas.place` puts it, started from `run-proxy.sh` and recorded by pid, start
+time and run tag. A group that fails to start stops the groups started before it; `down`
+stops the proxy, then every group (or one group with `group=`)."""
 
 from __future__ import annotations
 
@@ -15,28 +16,22 @@ from pathlib import Path
 import httpx
 
 from deskside import secrets
+from deskside.deploy.releases import private_dir
 from deskside.errors import DesksideError
-from deskside.home import runs_dir
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
 from deskside.replicas.groups import group_recipes
+from deskside.replicas.place import proxy_place, proxy_transport, recorded_transport
 from deskside.replicas.proxy import engines_env_text
 from deskside.replicas.records import ProxyProcess, SetRecord, load_set, remove_set, save_set
 from deskside.replicas.render import proxy_files, proxy_url
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract, wait_proxy
-from deskside.runtime.local import start_here
 from deskside.runtime.ops import stamp
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport, describe
 from deskside.runtime.records import load_run
 from deskside.runtime.services import litellm_program
-from deskside.runtime.status import down as down_run
-from deskside.runtime.status import status as run_status
-from deskside.safefs import make_dirs, write_file
-from deskside.transport.local import LocalTransport
-
-PROXY_FOLDER = "proxy"
-ENGINES_ENV = "engines.env"
+from deskside.transport.base import Transport
 
 
 @dataclass
@@ -66,14 +61,21 @@ def _iso(when: datetime) -> str:
     return when.isoformat(timespec="seconds")
 
 
-def _running(name: str) -> bool:
+def _running(name: str, known_hosts: str | None) -> bool:
+    from deskside.runtime.select import runtime_of
+
     run = load_run(name)
-    return run is not None and any(n.state == "running" for n in run_status(run).nodes)
+    if run is None:
+        return False
+    return any(n.state == "running" for n in runtime_of(run, known_hosts).status(run).nodes)
 
 
-def proxy_alive(proxy: ProxyProcess) -> bool:
+def proxy_alive(proxy: ProxyProcess, t: Transport | None) -> bool:
+    """Whether the proxy deskside started still runs (by pid, start time and run tag)."""
+    if t is None:
+        return False
     poll = node_sh.poll_process(proxy.pid, "/dev/null", 0, proxy.pid_start, proxy.run_tag)
-    r = LocalTransport().run(poll, timeout=60)
+    r = t.run(poll, timeout=60)
     return r.ok and node_sh.parse_poll(r.stdout)[0]
 
 
@@ -90,13 +92,8 @@ class SetStart:
         self.recipe, self.recipe_path, self.plans = recipe, recipe_path, plans
         self.options, self.say, self.now = options, say, now
         self.groups = group_recipes(recipe)
-        self.folder = runs_dir() / recipe.name / PROXY_FOLDER
-        self.key_dir = secrets.secrets_dir(recipe.name)
-        self.master_key = (
-            Path(recipe.proxy.master_key_file)
-            if recipe.proxy.master_key_file
-            else self.key_dir / secrets.PROXY_MASTER_KEY
-        )
+        self.place = proxy_place(recipe)
+        self.t = proxy_transport(recipe, options.known_hosts)
         url = proxy_url(recipe)
         self.report = SetReport(
             recipe=recipe.name,
@@ -111,6 +108,8 @@ class SetStart:
             runtime="local",
             groups=list(self.groups),
             proxy_url=url,
+            proxy_node=self.place.node,
+            known_hosts=options.known_hosts,
             started_at=_iso(now()),
         )
 
@@ -150,19 +149,24 @@ class SetStart:
 
     def _preflight(self) -> None:
         current = load_set(self.recipe.name)
+        hosts = self.options.known_hosts
         if (
             current is not None
             and not self.options.dry_run
             and (
-                any(_running(current.group_run(g)) for g in current.groups)
-                or (current.proxy is not None and proxy_alive(current.proxy))
+                any(_running(current.group_run(g), hosts) for g in current.groups)
+                or (
+                    current.proxy is not None
+                    and proxy_alive(current.proxy, recorded_transport(current))
+                )
             )
         ):
             raise DesksideError(
                 f"{self.recipe.name} is already up",
                 hint=f"deskside status --recipe {self.recipe.name}, or deskside down first",
             )
-        if not self.options.dry_run and litellm_program(self.recipe) is None:
+        here = self.place.node is None
+        if here and not self.options.dry_run and litellm_program(self.recipe) is None:
             raise DesksideError(
                 "the replica set's proxy (LiteLLM) is not installed here",
                 hint="install the pinned LiteLLM proxy: deskside proxy install",
@@ -170,7 +174,9 @@ class SetStart:
 
     def _group(self, group: str, one: Recipe) -> bool:
         self.say(f"group {group}: starting {one.name}")
-        report = start_here(
+        from deskside.runtime.select import runtime_for
+
+        report = runtime_for(one, self.options.known_hosts).up(
             one,
             self.recipe_path,
             self.plans[group],
@@ -190,29 +196,34 @@ class SetStart:
         return False
 
     def _proxy(self) -> None:
-        recipe = self.recipe
-        make_dirs(self.folder)
+        recipe, place, t = self.recipe, self.place, self.t
         for name, (text, mode) in proxy_files(recipe, self.plans, self.recipe_path.name).items():
-            write_file(self.folder / name, text.encode(), mode)
-        if not recipe.proxy.master_key_file:
-            secrets.proxy_master_key(recipe.name)  # made once, 0600
+            t.put(text.encode(), f"{place.folder}/{name}", mode)
         keys = {g: secrets.engine_api_key(one.name).reveal() for g, one in self.groups.items()}
-        secrets.write_secret_file(self.key_dir / ENGINES_ENV, engines_env_text(keys))
+        if place.node is None:  # this machine: deskside's own 0700 secrets folder
+            if not recipe.proxy.master_key_file:
+                secrets.proxy_master_key(recipe.name)  # made once, 0600
+            secrets.write_secret_file(Path(place.engines_env), engines_env_text(keys))
+        else:
+            done = t.run(private_dir(place.secrets))
+            if not done.ok:
+                raise DesksideError(
+                    f"{place.node}: cannot make the secrets folder {place.secrets}: "
+                    f"{done.stderr.strip()}"
+                )
+            if not recipe.proxy.master_key_file:
+                key = secrets.proxy_master_key(recipe.name).reveal()
+                t.put((key + "\n").encode(), place.master_key, 0o600)
+            t.put(engines_env_text(keys), place.engines_env, 0o600)
         started = self.now()
         tag = f"{recipe.name}/proxy/{started:%Y%m%d%H%M%S}/proxy"
-        log = str(self.folder / f"proxy-{stamp(started)}.log")
-        program = litellm_program(recipe) or recipe.proxy.litellm
-        argv = [
-            "sh",
-            str(self.folder / "run-proxy.sh"),
-            str(self.master_key),
-            str(self.key_dir / ENGINES_ENV),
-            program,
-        ]
-        here = LocalTransport()
-        self.say(f"starting the LiteLLM proxy on {self.report.proxy_url}")
-        pid = here.spawn(argv, env={node_sh.RUN_TAG: tag}, log_path=log, cwd=str(self.folder))
-        start = node_sh.parse_proc_start(here.run(node_sh.proc_start(pid)).stdout)
+        log = f"{place.logs}/proxy-{stamp(started)}.log"
+        program = (litellm_program(recipe) if place.node is None else None) or recipe.proxy.litellm
+        argv = ["sh", f"{place.folder}/run-proxy.sh", place.master_key, place.engines_env, program]
+        where = place.node or "this machine"
+        self.say(f"starting the LiteLLM proxy on {where}: {self.report.proxy_url}")
+        pid = t.spawn(argv, env={node_sh.RUN_TAG: tag}, log_path=log, cwd=place.folder)
+        start = node_sh.parse_proc_start(t.run(node_sh.proc_start(pid)).stdout)
         self.record.proxy = ProxyProcess(pid=pid, pid_start=start, run_tag=tag, log=log)
         save_set(self.record)
         assert self.report.proxy_url is not None
@@ -223,12 +234,18 @@ class SetStart:
             self.options.poll_interval,
             log,
         )
-        if not proxy_alive(self.record.proxy):
-            tail = here.run(node_sh.tail_file(log, 12)).stdout.strip()
+        if not proxy_alive(self.record.proxy, t):
+            tail = t.run(node_sh.tail_file(log, 12)).stdout.strip()
             raise DesksideError(f"the proxy exited while starting; last lines of {log}:\n{tail}")
 
     def _contract(self) -> None:
-        key = secrets.read_secret(self.master_key, secrets.PROXY_MASTER_KEY)
+        if self.place.node is None:
+            key = secrets.read_secret(Path(self.place.master_key), secrets.PROXY_MASTER_KEY)
+        elif self.recipe.proxy.master_key_file:
+            raw = self.t.get(self.recipe.proxy.master_key_file).decode().strip()
+            key = secrets.Secret(secrets.PROXY_MASTER_KEY, raw)
+        else:
+            key = secrets.proxy_master_key(self.recipe.name)
         client = httpx.Client(
             transport=self.options.http_transport,
             timeout=self.options.contract_timeout,
@@ -275,7 +292,10 @@ def stop_proxy(record: SetRecord, grace: float) -> str | None:
     p = record.proxy
     if p is None:
         return None
-    r = LocalTransport().run(node_sh.stop_session(p.pid, grace, p.pid_start, p.run_tag))
+    t = recorded_transport(record)
+    if t is None:
+        return f"proxy (pid {p.pid}): no group's record names its node {record.proxy_node}"
+    r = t.run(node_sh.stop_session(p.pid, grace, p.pid_start, p.run_tag))
     return None if r.ok else f"proxy (pid {p.pid}): {r.stderr.strip() or 'still running'}"
 
 
@@ -292,10 +312,13 @@ def down_set(record: SetRecord, grace: float = 20.0, group: str | None = None) -
         why = stop_proxy(record, grace)
         if why:
             leftovers.append(why)
+    from deskside.runtime.select import runtime_of
+
     for g in [group] if group is not None else record.groups:
         run = load_run(record.group_run(g))
         if run is not None:
-            leftovers += [f"group {g}: {x}" for x in down_run(run, grace)]
+            runtime = runtime_of(run, record.known_hosts)
+            leftovers += [f"group {g}: {x}" for x in runtime.down(run, grace)]
     if group is None and not leftovers:
         remove_set(record.recipe_name)
     return leftovers
