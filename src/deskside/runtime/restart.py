@@ -53,16 +53,19 @@ def _local_spawns(run: RunRecord, say: Say) -> dict[str, Spawn]:
     """The engine launch of each node of a run on this machine, from its recipe."""
     from deskside.home import resolve_recipe
     from deskside.planner.inputs import plan_recipe
+    from deskside.replicas.groups import group_recipes
     from deskside.runtime.local import LocalStart
     from deskside.runtime.pipeline import UpOptions
 
-    arg = run.recipe if Path(run.recipe).is_file() else run.recipe_name
+    arg = run.recipe if Path(run.recipe).is_file() else (run.replica_set or run.recipe_name)
     recipe, path = resolve_recipe(arg, make_model=False)
+    if run.replica_set is not None:  # a replica group: its own recipe
+        recipe = {one.name: one for one in group_recipes(recipe).values()}[run.recipe_name]
     plan = plan_recipe(recipe, path)
     start = LocalStart(
         recipe, path, plan, UpOptions(), say, sys.executable, lambda: datetime.now(UTC)
     )
-    if run.proxy_url is None:
+    if not run.keyed:  # no proxy fronts the engine: it takes no key
         start.skip.append("proxy")
     out: dict[str, Spawn] = {}
     for la in start.launches:
