@@ -53,6 +53,18 @@ def engine_args(case: Case) -> list[str]:
     return args
 
 
+def failure_text(logs: dict[str, str]) -> str:
+    """Every node's error lines (the root cause is often on another node than the one
+    that reports it) and the end of each log."""
+    out = []
+    for node, text in logs.items():
+        lines = text.splitlines()
+        errors = [line for line in lines if "Error" in line or "error" in line][:30]
+        out.append(f"--- {node}: error lines\n" + "\n".join(errors))
+        out.append(f"--- {node}: last lines\n" + "\n".join(lines[-25:]))
+    return "\n".join(out)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kv_cache_line_matches_plan(case: Case, tmp_path: Path) -> None:
     model = write_tiny_model(case.arch, tmp_path / "model", case.overrides or None)
@@ -74,8 +86,7 @@ def test_kv_cache_line_matches_plan(case: Case, tmp_path: Path) -> None:
         tp_nodes=case.tp,
     )
     logged = run.first("kv_cache")
-    tail = run.logs["node0"][-3000:]
-    assert logged is not None, "engine never logged its KV cache size:\n" + tail
+    assert logged is not None, "engine never logged its KV cache size:\n" + failure_text(run.logs)
     assert logged.data["kv_cache_tokens"] == planned.kv_cache_tokens
     assert logged.data["max_concurrency_text"] == f"{planned.max_concurrency:.2f}x"
     assert logged.line.split("] ", 1)[-1].strip() == planned.kv_cache_line
