@@ -54,7 +54,7 @@ replicas:
     - {{name: b, nodes: [b0, b1]}}
   routing_strategy: simple-shuffle
   num_retries: 3
-  allowed_fails: 1
+  allowed_fails: 0
   cooldown_time: 60
   timeout: 10
   health_check_interval: 0

@@ -61,14 +61,15 @@ class Replicas(BaseModel):
         "'latency-based-routing'.",
     )
     num_retries: int = Field(
-        2, ge=0, le=10, description="Retries of a failed request (on another group)."
+        3, ge=0, le=10, description="Retries of a failed request (on another group)."
     )
     allowed_fails: int = Field(
-        1,
+        0,
         ge=0,
         le=100,
-        description="Failures per minute before a group is cooled down (taken out of "
-        "the rotation for cooldown_time).",
+        description="Failures a group may have within cooldown_time before it is cooled "
+        "down (taken out of the rotation for cooldown_time). 0: at the first failure, so "
+        "the retry of a request that met a dead group goes to another one.",
     )
     cooldown_time: float = Field(
         30, ge=1, le=3600, description="Seconds a failing group stays out of the rotation."
