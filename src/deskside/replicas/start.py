@@ -2,13 +2,14 @@
 runtime of its nodes (this machine's namespaces, or its `ssh:` hosts: a deploy), then one
 LiteLLM proxy with the rendered set configuration (`deskside.replicas.render`) where
 `deskside.replicas.place` puts it, started from `run-proxy.sh` and recorded by pid, start
-time and run tag. A group that fails to start stops the groups started before it; `down`
-stops the proxy, then every group (or one group with `group=`)."""
+time and run tag. The groups start at once; when one fails, the others are stopped again;
+`down` stops the proxy, then every group (or one group with `group=`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -117,9 +118,21 @@ class SetStart:
         t0 = time.monotonic()
         try:
             self._preflight()
-            for group, one in self.groups.items():
-                if not self._group(group, one):
-                    return self._fail(t0)
+            if not self.options.dry_run:
+                save_set(self.record)  # down finds every group, started or not
+            # the groups start at once: each has its own nodes (and, here, namespaces)
+            with ThreadPoolExecutor(len(self.groups)) as pool:
+                reports = list(pool.map(self._group, self.groups.items()))
+            self.report.groups = dict(zip(self.groups, reports, strict=True))
+            failed = next((g for g, r in self.report.groups.items() if not r.ok), None)
+            if failed is not None:
+                report = self.report.groups[failed]
+                self.report.failed_stage = f"group {failed}: {report.failed_stage}"
+                self.report.error, self.report.hint = report.error, report.hint
+                self.report.exit_code = report.exit_code
+                if not self.options.dry_run:
+                    self._rollback()
+                return self._fail(t0)
             if self.options.dry_run:
                 self.report.notes.append(
                     f"then: LiteLLM on {self.report.proxy_url} over groups "
@@ -172,28 +185,18 @@ class SetStart:
                 hint="install the pinned LiteLLM proxy: deskside proxy install",
             )
 
-    def _group(self, group: str, one: Recipe) -> bool:
-        self.say(f"group {group}: starting {one.name}")
+    def _group(self, item: tuple[str, Recipe]) -> UpReport:
         from deskside.runtime.select import runtime_for
 
-        report = runtime_for(one, self.options.known_hosts).up(
+        group, one = item
+        self.say(f"group {group}: starting {one.name}")
+        return runtime_for(one, self.options.known_hosts).up(
             one,
             self.recipe_path,
             self.plans[group],
             self.options,
             progress=lambda msg: self.say(f"group {group}: {msg}"),
         )
-        self.report.groups[group] = report
-        if report.ok:
-            if not self.options.dry_run:
-                save_set(self.record)  # down finds the groups started so far
-            return True
-        self.report.failed_stage = f"group {group}: {report.failed_stage}"
-        self.report.error, self.report.hint = report.error, report.hint
-        self.report.exit_code = report.exit_code
-        if not self.options.dry_run:
-            self._rollback()
-        return False
 
     def _proxy(self) -> None:
         recipe, place, t = self.recipe, self.place, self.t
@@ -260,7 +263,7 @@ class SetStart:
         self.say("stopping what this start began")
         record = load_set(self.recipe.name) or self.record
         leftovers = down_set(record, grace=self.options.grace)
-        self.report.stopped_groups = [g for g in self.groups if g in self.report.groups]
+        self.report.stopped_groups = [g for g, r in self.report.groups.items() if r.ok]
         if leftovers:
             self.report.notes.append("could not stop: " + "; ".join(leftovers))
 
