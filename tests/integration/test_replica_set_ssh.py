@@ -104,7 +104,7 @@ def test_a_set_of_ssh_hosts_deploys_serves_degrades_and_stops(
         assert report.proxy_url == f"http://{h[0].address}:4180"  # the first group's head
         record = load_set(NAME)
         assert record is not None and record.proxy_node == "node0"
-        st = set_status(record, str(hosts.known_hosts))
+        st = set_status(record)  # the hosts' known_hosts file, from the set's record
         assert st.cluster == "READY", st.reasons
         assert st.proxy == "healthy"
         master = (tmp_path / "home" / "secrets" / NAME / "proxy-master-key").read_text().strip()

@@ -77,7 +77,8 @@ def set_status(record: SetRecord, known_hosts: str | None = None) -> SetStatus:
     groups: dict[str, ClusterStatus | None] = {}
     for g in record.groups:
         run = load_run(record.group_run(g))
-        groups[g] = runtime_of(run, known_hosts).status(run) if run is not None else None
+        hosts = known_hosts or record.known_hosts
+        groups[g] = runtime_of(run, hosts).status(run) if run is not None else None
     alive = record.proxy is not None and proxy_alive(record.proxy, recorded_transport(record))
     with httpx.Client(timeout=5) as client:
         proxy = proxy_health(record, alive, client)
