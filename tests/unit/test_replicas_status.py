@@ -3,6 +3,8 @@ health from a real HTTP answer (an httpx mock transport)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -68,3 +70,19 @@ def test_proxy_health_asks_the_liveness_url() -> None:
     assert proxy_health(running, True, answer(503)) == "unreachable"
     assert proxy_health(running, False, answer(200)) == "stopped"
     assert proxy_health(record(None), True, answer(200)) == "stopped"
+
+
+def test_a_run_command_given_a_set_names_its_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deskside.errors import DesksideError
+    from deskside.replicas.records import load_set, save_set
+    from deskside.runtime.records import find_run
+
+    monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path))
+    save_set(record(None))
+    loaded = load_set("rs")
+    assert loaded is not None and loaded.groups == ["a", "b"]
+    with pytest.raises(DesksideError) as info:
+        find_run("rs")
+    assert "replica set" in info.value.message and "rs-<group>" in (info.value.hint or "")

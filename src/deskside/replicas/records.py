@@ -9,10 +9,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from deskside.home import runs_dir
-from deskside.runtime.records import BadState, Pid, check_run_name
+from deskside.runtime.records import SET_FILE, BadState, Pid, check_run_name
 from deskside.transport.local import LocalTransport
 
-SET_FILE = "replica-set.json"
 MAX_SET_BYTES = 64 * 1024
 
 

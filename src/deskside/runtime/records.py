@@ -265,6 +265,7 @@ def save_run(run: RunRecord) -> None:
     LocalTransport().put(run.model_dump_json(indent=2).encode(), str(run_file(run.recipe_name)))
 
 
+SET_FILE = "replica-set.json"  # a replica set's record (deskside.replicas.records)
 LOOKS_FILE = "looks.jsonl"  # the run's series of looks (deskside.runtime.looks)
 
 
@@ -378,6 +379,12 @@ def find_run(name: str | None) -> RunRecord:
     trust)."""
     name = pick_run(name)
     run = load_run(name)
+    if run is None and (runs_dir() / name / SET_FILE).is_file():
+        raise DesksideError(
+            f"{name} is a replica set: each of its groups is a run of its own",
+            hint=f"`deskside status --recipe {name}` shows them all; other commands take a "
+            f"group's run, {name}-<group>",
+        )
     if run is None:
         raise DesksideError(f"no run of {name!r}", hint="deskside up RECIPE first")
     return run
