@@ -86,3 +86,24 @@ def test_a_run_command_given_a_set_names_its_groups(
     with pytest.raises(DesksideError) as info:
         find_run("rs")
     assert "replica set" in info.value.message and "rs-<group>" in (info.value.hint or "")
+
+
+def test_status_without_a_name_finds_the_only_set(tmp_path: Path) -> None:
+    """With one replica set recorded and no other run, `status` reads the set: here its
+    groups have no run and its proxy none, so it is DOWN (exit 1) with both groups named."""
+    import json
+
+    from deskside.replicas.records import save_set
+
+    from ..cli_process import deskside
+
+    home = tmp_path / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DESKSIDE_HOME", str(home))
+        save_set(record(None))
+    done = deskside("status", "--json", home=home, timeout=120)
+    assert done.returncode == 1, done.stderr
+    st = json.loads(done.stdout)
+    assert st["recipe"] == "rs" and st["cluster"] == "DOWN" and st["proxy"] == "stopped"
+    assert st["groups"] == {"a": None, "b": None}
+    assert "group a is DOWN" in st["reasons"] and "group b is DOWN" in st["reasons"]

@@ -84,10 +84,21 @@ def print_set_up(r: SetReport) -> None:
 
 
 def find_set(name: str | None) -> SetRecord | None:
-    """The replica set `name` when one is recorded (None otherwise, or without a name)."""
+    """The replica set `name` when one is recorded; without a name, the one set whose
+    groups are every run there is (None otherwise)."""
+    from deskside.home import runs_dir
     from deskside.replicas.records import load_set
+    from deskside.runtime.records import SET_FILE, run_names
 
-    return load_set(name) if name is not None else None
+    if name is not None:
+        return load_set(name)
+    sets = sorted(p.parent.name for p in runs_dir().glob(f"*/{SET_FILE}"))
+    if len(sets) != 1:
+        return None
+    record = load_set(sets[0])
+    if record is None or not set(run_names()) <= {record.group_run(g) for g in record.groups}:
+        return None
+    return record
 
 
 def down_set_command(record: SetRecord, group: str | None, as_json: bool) -> None:
