@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import httpx
 
@@ -96,9 +97,13 @@ class SetStart:
         self.place = proxy_place(recipe)
         self.t = proxy_transport(recipe, options.known_hosts)
         url = proxy_url(recipe)
+        self.began = False
+        runtime: Literal["local", "ssh"] = (
+            "ssh" if any(n.ssh is not None for n in recipe.cluster.nodes) else "local"
+        )
         self.report = SetReport(
             recipe=recipe.name,
-            runtime="local",
+            runtime=runtime,
             dry_run=options.dry_run,
             proxy_url=url,
             served_names=list(recipe.model.all_names),
@@ -106,7 +111,7 @@ class SetStart:
         self.record = SetRecord(
             recipe=str(recipe_path),
             recipe_name=recipe.name,
-            runtime="local",
+            runtime=runtime,
             groups=list(self.groups),
             proxy_url=url,
             proxy_node=self.place.node,
@@ -120,6 +125,7 @@ class SetStart:
             self._preflight()
             if not self.options.dry_run:
                 save_set(self.record)  # down finds every group, started or not
+                self.began = True  # from here on a failure stops what this start began
             # the groups start at once: each has its own nodes (and, here, namespaces)
             with ThreadPoolExecutor(len(self.groups)) as pool:
                 reports = list(pool.map(self._group, self.groups.items()))
@@ -130,7 +136,7 @@ class SetStart:
                 self.report.failed_stage = f"group {failed}: {report.failed_stage}"
                 self.report.error, self.report.hint = report.error, report.hint
                 self.report.exit_code = report.exit_code
-                if not self.options.dry_run:
+                if self.began:
                     self._rollback()
                 return self._fail(t0)
             if self.options.dry_run:
@@ -148,7 +154,7 @@ class SetStart:
         except DesksideError as exc:
             self.report.error, self.report.hint = describe(exc, hint=False), exc.hint
             self.report.exit_code = exc.exit_code
-            if not self.options.dry_run:
+            if self.began:  # never for a refusal before the start (e.g. already up)
                 self._rollback()
             return self._fail(t0)
         self.report.seconds = time.monotonic() - t0
