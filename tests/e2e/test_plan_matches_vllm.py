@@ -35,7 +35,8 @@ CASES = [
     Case("qwen3-hd128", "qwen3", 8192),
     Case("gemma3-hybrid", "gemma3", 6144),
     Case("deepseek-v3-mtp", "deepseek-v3", 4096, speculative=MTP),
-    Case("llama-gqa-tp2", "llama", 6144, tp=2),
+    # Llama at TP=2 across two processes: checked on both groups of the local-replicas
+    # e2e (tests/e2e/test_replicas.py), which starts those engines anyway.
     Case("deepseek-v3-mtp-tp2", "deepseek-v3", 3072, tp=2, speculative=MTP),
 ]
 
