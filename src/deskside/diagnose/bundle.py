@@ -104,6 +104,13 @@ def run_recipe(
             return None, path, f"the recipe file {path} is gone"
     except DesksideError as exc:
         return None, path, exc.message
+    if run.replica_set is not None and recipe.name == run.replica_set:
+        from deskside.replicas.groups import group_recipes
+
+        # a replica group's run: its own recipe within the set's
+        one = {g.name: g for g in group_recipes(recipe).values()}.get(run.recipe_name)
+        if one is not None:
+            return one, path, None
     if recipe.name != run.recipe_name:
         return None, path, f"{path} is now recipe {recipe.name!r}, not {run.recipe_name!r}"
     return recipe, path, None
