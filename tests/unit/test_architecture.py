@@ -155,3 +155,17 @@ def test_the_core_is_pure() -> None:
         text = mods[name].read_text()
         for lib in ("subprocess", "httpx", "asyncssh", "socket"):
             assert f"import {lib}" not in text, f"{name} imports {lib}"
+
+
+def test_facts_import_only_the_transport_errors_and_units() -> None:
+    """A fact is a command and a pure parser: the facts layer reads nodes through a
+    Transport and knows nothing of recipes, runtimes or commands."""
+    allowed = ("deskside.facts", "deskside.transport", "deskside.errors", "deskside.units")
+    g = graph()
+    for name, deps in g.items():
+        if not name.startswith("deskside.facts"):
+            continue
+        inner = {d for d in deps if d.startswith("deskside.") or d == "deskside"}
+        inner.discard("deskside")
+        bad = {d for d in inner if not d.startswith(allowed)}
+        assert not bad, f"{name} imports {sorted(bad)}"
