@@ -22,11 +22,6 @@ def compose_argv(program: str, project: str, file: str, *verb: str) -> list[str]
     return [*PROGRAMS[program], "--project-name", project, "--file", file, *verb]
 
 
-def version_argv(program: str) -> list[str]:
-    """Prints the program's version alone (e.g. `2.29.7`, `1.29.2`)."""
-    return [*PROGRAMS[program], "version", "--short"]
-
-
 def logs_argv(
     program: str, project: str, file: str, *, since: str | None, lines: int | None
 ) -> list[str]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import deskside
 from deskside.errors import UsageError
-from deskside.render.bundle import CLUSTER_DIR, Bundle, sha256_hex
+from deskside.render.bundle import CLUSTER_DIR, Bundle
 
 LOCK_VERSION = 1
 LOCK_FILE = "deskside.lock"
@@ -247,7 +247,3 @@ def diff(old: Lock | None, new_bundle: Bundle) -> list[HostDiff]:
             )
         )
     return out
-
-
-def files_sha256(files: dict[str, bytes]) -> dict[str, str]:
-    return {path: sha256_hex(data) for path, data in files.items()}

@@ -96,10 +96,6 @@ class SentRequest:
     prompt: str = ""  # the prompt's words (chat: every message's), for tests
 
 
-def count_words(text: str) -> int:
-    return len(text.split())
-
-
 class SyntheticServer:
     """The asyncio server. Create it inside the loop that will run it."""
 

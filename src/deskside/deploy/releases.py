@@ -87,10 +87,6 @@ def prune(layout: NodeLayout, ids: list[str]) -> list[str]:
     return ["rm", "-rf", "--", *(layout.release(r) for r in ids)]
 
 
-def file_exists(path: str) -> list[str]:
-    return ["test", "-f", path]
-
-
 # --------------------------------------------------------------------------- files
 
 

@@ -140,10 +140,6 @@ def parse_line(line: str) -> EngineEvent | None:
     return None
 
 
-def parse_lines(lines: Iterable[str]) -> list[EngineEvent]:
-    return [e for line in lines if (e := parse_line(line)) is not None]
-
-
 def first_event(lines: Iterable[str], kind: str) -> EngineEvent | None:
     for line in lines:
         event = parse_line(line)

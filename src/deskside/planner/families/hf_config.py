@@ -41,12 +41,6 @@ def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return cfg
 
 
-def is_wrapped(cfg: Mapping[str, Any]) -> bool:
-    """Whether the language model sits under text_config (see text_config)."""
-    text = cfg.get("text_config")
-    return isinstance(text, Mapping) and "num_hidden_layers" in text
-
-
 def weights_format(cfg: Mapping[str, Any], dtype: str) -> str:
     """The checkpoint's weight format from its quantization_config."""
     q = mapping(cfg, "quantization_config")
