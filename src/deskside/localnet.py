@@ -149,26 +149,6 @@ def can_create() -> tuple[bool, str]:
     return True, ""
 
 
-def ensure(net: LocalNet, root: Transport) -> list[str]:
-    """Create the namespaces (idempotent); returns the ones this call created."""
-    ok, why = can_create()
-    if not ok:
-        raise DesksideError(
-            f"cannot create the recipe's network namespaces: {why}",
-            hint="run as root with iproute2 installed, or remove netns: from the nodes",
-        )
-    existing = existing_namespaces(root)
-    created = [ns for ns, *_ in net.namespaces if ns not in existing]
-    for cmd in setup_commands(net, existing & {ns for ns, *_ in net.namespaces}):
-        result = root.run(cmd)
-        if not result.ok and "File exists" not in result.stderr:
-            raise DesksideError(
-                f"{' '.join(cmd)} failed: {result.stderr.strip()}",
-                hint="remove leftovers with `deskside down` or `ip netns del NAME`",
-            )
-    return created
-
-
 def remove(net: LocalNet, root: Transport) -> None:
     for cmd in teardown_commands(net):
         root.run(cmd)

@@ -5,7 +5,7 @@ a scripted transport and clock."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from deskside.guard.cgroup import (
     read_scope,
     scope_folder,
 )
-from deskside.guard.decide import decide, decide_all, smaller
+from deskside.guard.decide import Decision, decide, smaller
 from deskside.guard.record import GuardRecord, guard_path, parse_record
 from deskside.guard.watch import Guardian, Sample
 from deskside.layout import NodeLayout
@@ -31,6 +31,20 @@ from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
 from .exporter_cases import FLAGSHIP
+
+
+def decide_all(
+    samples: Iterable[tuple[float, int | None]], floor: int, window: float
+) -> list[Decision]:
+    """`decide` over a series of samples, in order, as the guard's loop calls it."""
+    out = []
+    since: float | None = None
+    for now, available in samples:
+        d = decide(since, now, available, floor, window)
+        since = d.low_since
+        out.append(d)
+    return out
+
 
 CGROUP = Path(__file__).parent / "fixtures" / "cgroup"
 MIB = 1 << 20

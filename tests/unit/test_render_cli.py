@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from deskside.cli.app import app
-from deskside.render.bundle import read_bundle_dir
 
+from ..bundles import read_bundle_dir
 from .render_cases import FLAGSHIP, LOCAL_TINY, ROOT, ensure_tiny_model
 
 runner = CliRunner()

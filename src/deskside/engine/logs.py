@@ -4,7 +4,6 @@ explanation and a fix hint. Pure: feed it lines."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # update_kv_cache_capacity (vllm/v1/core/kv_cache_utils.py)
@@ -137,12 +136,4 @@ def parse_line(line: str) -> EngineEvent | None:
         return EngineEvent("ready", line, "the API server is up")
     if LOADING_RE.search(line):
         return EngineEvent("loading", line, "loading the model")
-    return None
-
-
-def first_event(lines: Iterable[str], kind: str) -> EngineEvent | None:
-    for line in lines:
-        event = parse_line(line)
-        if event is not None and event.kind == kind:
-            return event
     return None

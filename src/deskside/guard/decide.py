@@ -7,7 +7,6 @@ repeated every sample."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,19 +33,6 @@ def decide(
     if low >= window:
         return Decision("act", None, low)
     return Decision("low", since, low)
-
-
-def decide_all(
-    samples: Iterable[tuple[float, int | None]], floor: int, window: float
-) -> list[Decision]:
-    """`decide` over a series of samples, in order."""
-    out = []
-    since: float | None = None
-    for now, available in samples:
-        d = decide(since, now, available, floor, window)
-        since = d.low_since
-        out.append(d)
-    return out
 
 
 def smaller(*values: int | None) -> int | None:

@@ -88,13 +88,6 @@ class Hasher:
         return Digest(self.algorithm, self._h.hexdigest())
 
 
-def digest_of(chunks: Iterable[bytes], algorithm: Algorithm, size: int) -> Digest:
-    h = Hasher(algorithm, size)
-    for chunk in chunks:
-        h.update(chunk)
-    return h.digest()
-
-
 def check_revision(revision: str | None, where: str = "model.revision") -> str:
     """A revision pull accepts: a full 40-character lowercase hex commit."""
     if revision is None:

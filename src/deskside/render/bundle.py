@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from deskside import locks, safefs
-from deskside.errors import UsageError
 
 MODE_FILE = 0o644
 MODE_SCRIPT = 0o755
@@ -118,15 +117,3 @@ class Bundle(Mapping[str, bytes]):
                     safefs.write_at(fd, target, data, self._modes[rel])
                 written.append(target)
         return written
-
-
-def read_bundle_dir(root: Path) -> dict[str, bytes]:
-    """Every file under `root` as {relative posix path: bytes} (for diffs and tests); a
-    writer's lock file is not part of the bundle."""
-    if not root.is_dir():
-        raise UsageError(f"{root}: no such folder")
-    out: dict[str, bytes] = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and path.name != BUSY_LOCK:
-            out[path.relative_to(root).as_posix()] = path.read_bytes()
-    return out
