@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from deskside.fabric.check import check_fabric
-from deskside.fabric.check_types import CheckOptions
+from deskside.fabric.report import CheckOptions
 from deskside.fabric.sysfs_dump import dump_command
 from deskside.recipe.load import load_recipe, load_recipe_text
 from deskside.recipe.types import Recipe

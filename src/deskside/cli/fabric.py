@@ -13,7 +13,7 @@ from deskside.cli.common import JsonFlag, emit_json, err, fail, out, shown
 from deskside.errors import DesksideError, UsageError
 
 if TYPE_CHECKING:
-    from deskside.fabric.check_types import CheckReport
+    from deskside.fabric.report import CheckReport
     from deskside.fabric.show import PortView, RecipeView, SnapshotView
     from deskside.recipe.types import Recipe
     from deskside.transport.base import Transport
@@ -286,7 +286,7 @@ def check(
     """Gate the fabric: links up, MTU equal, don't-fragment ping at full MTU, all-reduce
     bandwidth against the link rate, ib_write_bw. Exit 1 when a gate fails."""
     from deskside.fabric.check import check_fabric
-    from deskside.fabric.check_types import CheckOptions
+    from deskside.fabric.report import CheckOptions
     from deskside.units import parse_bytes
 
     try:

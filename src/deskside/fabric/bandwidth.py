@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from deskside.fabric import probe
-from deskside.fabric.check_types import (
+from deskside.fabric.nccl import node_fabric_env
+from deskside.fabric.report import (
     DEFAULT_MIN_FRACTION,
     AllReduceReport,
     CheckOptions,
@@ -21,7 +22,6 @@ from deskside.fabric.check_types import (
     NodeFacts,
     Status,
 )
-from deskside.fabric.nccl import node_fabric_env
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Result, Transport
 from deskside.units import MIB

@@ -25,7 +25,8 @@ from typing import Any
 from deskside.engine.launch import node_ip
 from deskside.fabric import probe
 from deskside.fabric.bandwidth import allreduce_gate, backend_for, ib_write_bw_gates
-from deskside.fabric.check_types import (
+from deskside.fabric.gid import NodeResolution, resolve_node
+from deskside.fabric.report import (
     AllReduceReport,
     CheckOptions,
     CheckReport,
@@ -35,7 +36,6 @@ from deskside.fabric.check_types import (
     Progress,
     Status,
 )
-from deskside.fabric.gid import NodeResolution, resolve_node
 from deskside.fabric.sysfs import IpLink, read_snapshot
 from deskside.fabric.sysfs_dump import dump_command, parse_dump
 from deskside.recipe.types import Node, Recipe
