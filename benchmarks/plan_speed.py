@@ -1,7 +1,10 @@
-"""Cold and warm time of planning the flagship recipe (target: cold < 0.5 s).
+"""Cold and warm time of planning the flagship recipe, and of whole commands as a user
+runs them (target: each cold figure under 0.5 s on two cores).
 
-Cold = a fresh Python process importing deskside and planning once (what a user waits
-for); warm = planning again in the same process. Last line: `cold_seconds: <float>`."""
+Cold = a fresh Python process importing deskside and planning once; warm = planning again
+in the same process; `command_*` = the wall time of a whole `deskside plan RECIPE` and
+`deskside --help` process (interpreter start, imports, output). Medians of repeated runs;
+the last lines: `command_plan_seconds:`, `command_help_seconds:`, `cold_seconds:`."""
 
 from __future__ import annotations
 
@@ -26,6 +29,18 @@ print(time.perf_counter() - t0)
 """
 
 
+def command_seconds(*args: str, runs: int = 7) -> float:
+    """Median wall time of `deskside ARGS` in a fresh process (output discarded)."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "deskside.cli", *args], capture_output=True, check=True
+        )
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main() -> None:
     colds = []
     for _ in range(5):
@@ -45,6 +60,8 @@ def main() -> None:
         warms.append(time.perf_counter() - t0)
     print(f"cold runs (s): {', '.join(f'{c:.3f}' for c in colds)}")
     print(f"warm_seconds_median: {statistics.median(warms):.4f}")
+    print(f"command_plan_seconds: {command_seconds('plan', str(RECIPE)):.3f}")
+    print(f"command_help_seconds: {command_seconds('--help'):.3f}")
     print(f"cold_seconds: {statistics.median(colds):.3f}")
 
 

@@ -18,8 +18,9 @@ import typer
 from typer.testing import CliRunner
 
 from deskside.cli.app import app
-from deskside.cli.common import fail, literal, shown
+from deskside.cli.common import fail
 from deskside.errors import DesksideError, Location
+from deskside.terminal import literal, shown
 
 from ..deploy_cases import ensure_tiny_model, loopback_ssh_recipe, ssh_recipe_data, write_recipe
 

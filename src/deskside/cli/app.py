@@ -12,24 +12,147 @@ from types import FrameType
 
 import typer
 
-from deskside.cli import (
-    bench,
-    diagnose,
-    doctor,
-    exporter,
-    fabric,
-    guard,
-    monitor,
-    plan,
-    probe,
-    proxy,
-    recipe,
-    render,
-    run,
-    watch,
-)
-from deskside.cli.common import err, fail, shown
+from deskside.cli.common import err, fail
+from deskside.cli.lazy import Entry, lazy_group
 from deskside.errors import DesksideError
+from deskside.terminal import shown
+
+RUN = "Plan and run"
+CHECK = "Is it healthy?"
+WORK = "Models, benchmarks and the fabric"
+SETUP = "Recipes and set-up"
+
+COMMANDS = (
+    Entry(
+        "plan",
+        "deskside.cli.plan:plan",
+        "Memory planned as vLLM will: KV tokens, "
+        "concurrency, the unified-memory floor; exit 3 when refused.",
+        RUN,
+    ),
+    Entry(
+        "up",
+        "deskside.cli.run:up",
+        "Start every node (workers first, then the head) and wait until every served name answers.",
+        RUN,
+    ),
+    Entry(
+        "status",
+        "deskside.cli.run:status",
+        "READY / STARTING / DEGRADED / WEDGED / DOWN per node and for the run, with reasons.",
+        RUN,
+    ),
+    Entry(
+        "logs",
+        "deskside.cli.run:logs",
+        "Print (and follow) the engine logs of the run's nodes.",
+        RUN,
+    ),
+    Entry("down", "deskside.cli.run:down", "Stop what the run started (and only that).", RUN),
+    Entry(
+        "demo",
+        "deskside.cli.run:demo",
+        "The embedded two-node run on this machine, end to end, then torn down.",
+        RUN,
+    ),
+    Entry(
+        "render",
+        "deskside.cli.render:render",
+        "Write every file of the deployment: per node and for the cluster.",
+        RUN,
+    ),
+    Entry(
+        "diff",
+        "deskside.cli.render:diff",
+        "Per host, what applying the recipe over the deployed release would change.",
+        RUN,
+    ),
+    Entry(
+        "doctor",
+        "deskside.cli.doctor:doctor",
+        "Before up: what holds memory, disk and ports on each node; do the nodes match?",
+        CHECK,
+    ),
+    Entry(
+        "probe",
+        "deskside.cli.probe:probe",
+        "A running run, as a client sees it: batch invariance, keys, tool calls, long context.",
+        CHECK,
+    ),
+    Entry(
+        "top",
+        "deskside.cli.monitor:top",
+        "A live view of the running cluster: memory, fabric, KV cache, tokens per second.",
+        CHECK,
+    ),
+    Entry(
+        "diagnose",
+        "deskside.cli.diagnose:diagnose",
+        "One scrubbed tar.gz of a misbehaving run: logs, process trees, stacks, metrics.",
+        CHECK,
+    ),
+    Entry(
+        "monitor",
+        "deskside.cli.monitor:app",
+        "Every dashboard and alert expression checked against the live Prometheus.",
+        CHECK,
+        group=True,
+    ),
+    Entry(
+        "fabric",
+        "deskside.cli.fabric:app",
+        "RDMA devices, RoCEv2 GID indexes, NCCL environment; link, MTU and all-reduce gates.",
+        WORK,
+        group=True,
+    ),
+    Entry(
+        "model",
+        "deskside.cli.recipe:model_app",
+        "Pull the pinned revision, manifest, verify, sync to the workers; tiny models.",
+        WORK,
+        group=True,
+    ),
+    Entry(
+        "bench",
+        "deskside.cli.bench:app",
+        "TTFT, prefill and decode tok/s over prompt length x concurrency or request rate.",
+        WORK,
+        group=True,
+    ),
+    Entry(
+        "validate",
+        "deskside.cli.recipe:validate",
+        "Load a recipe and report its problems, located.",
+        SETUP,
+    ),
+    Entry(
+        "schema", "deskside.cli.recipe:schema", "Print the recipe JSON Schema (for editors).", SETUP
+    ),
+    Entry(
+        "proxy", "deskside.cli.proxy:app", "Install the pinned LiteLLM proxy.", SETUP, group=True
+    ),
+    Entry(
+        "node",
+        "deskside.cli.node:app",
+        "Daemons that run on a node: the exporter, the memory guard, the watcher.",
+        SETUP,
+        group=True,
+    ),
+    # the node daemons' old spellings, kept for one release
+    Entry(
+        "exporter",
+        "deskside.cli.exporter:exporter",
+        "",
+        hidden=True,
+        deprecated="use `deskside node exporter`",
+    ),
+    Entry(
+        "guard", "deskside.cli.guard:guard", "", hidden=True, deprecated="use `deskside node guard`"
+    ),
+    Entry(
+        "watch", "deskside.cli.watch:watch", "", hidden=True, deprecated="use `deskside node watch`"
+    ),
+)
 
 app = typer.Typer(
     name="deskside",
@@ -38,28 +161,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=lazy_group(*COMMANDS),
 )
-app.command()(plan.plan)
-app.command()(run.up)
-app.command()(run.down)
-app.command()(run.status)
-app.command()(run.logs)
-app.command()(run.demo)
-app.command()(recipe.schema)
-app.command()(recipe.validate)
-app.add_typer(recipe.model_app, name="model")
-app.add_typer(fabric.app, name="fabric")
-app.add_typer(bench.app, name="bench")
-app.add_typer(proxy.app, name="proxy")
-app.add_typer(monitor.app, name="monitor")
-app.command()(monitor.top)
-app.add_typer(render.app)  # `render` and `diff`, top-level
-app.command()(exporter.exporter)
-app.command()(doctor.doctor)
-app.command()(guard.guard)
-app.command()(watch.watch)
-app.command()(diagnose.diagnose)
-app.command()(probe.probe)
+
+
+@app.callback()
+def _deskside() -> None:
+    """Serve frontier LLMs across a few deskside GPU nodes with vLLM - planned exactly,
+    launched in order, and proven."""
 
 
 class Interrupted(BaseException):

@@ -11,9 +11,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, shown
+from deskside.cli.common import JsonFlag, emit_json, err, fail
 from deskside.cli.common import out as stdout_console
 from deskside.errors import DesksideError, UsageError
+from deskside.terminal import shown
 
 app = typer.Typer(
     help="Benchmark an OpenAI-compatible server: prompt "

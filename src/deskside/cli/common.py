@@ -11,45 +11,18 @@ turn `:name:` codes into emoji.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from deskside.errors import DesksideError, RecipeError, UsageError
-from deskside.recipe.load import format_recipe_error
+from deskside.terminal import literal, shown
 
 out = Console(soft_wrap=True, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
-
-# C0 controls but tab and newline, DEL, C1 controls, and the Unicode line/paragraph
-# separators and bidirectional overrides that reorder what a terminal shows.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def literal(text: object, *, multiline: bool = True) -> str:
-    """`text` with its control characters written out (`\\x1b`, `\\u202e`); newlines and
-    tabs kept when `multiline`, else written out too. For text printed with markup off."""
-    s = str(text)
-    if not multiline:
-        s = s.replace("\n", "\\n").replace("\t", "\\t")
-
-    def written(m: re.Match[str]) -> str:
-        c = ord(m.group())
-        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-    return _CONTROL.sub(written, s)
-
-
-def shown(text: object, *, multiline: bool = True) -> str:
-    """`text` (anything not deskside's own) made safe to print with Rich markup on: its
-    markup escaped and its control characters written out (see `literal`)."""
-    return escape(literal(text, multiline=multiline))
-
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 RecipeArg = Annotated[str, typer.Argument(help="Recipe file, or an embedded recipe's name.")]
@@ -71,6 +44,8 @@ def fail(error: DesksideError, as_json: bool = False) -> NoReturn:
     if as_json:
         emit_json(error.to_dict())
     elif isinstance(error, RecipeError):
+        from deskside.recipe.load import format_recipe_error
+
         err.print(literal(format_recipe_error(error)), markup=False, highlight=False)
     else:
         where = f"{shown(error.location)}: " if error.location else ""

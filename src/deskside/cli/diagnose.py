@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, emit_json, err, fail, out
 from deskside.errors import DesksideError
+from deskside.terminal import shown
 
 
 def diagnose(

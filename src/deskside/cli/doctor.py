@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out
 from deskside.errors import DesksideError, UsageError
+from deskside.terminal import shown
 from deskside.units import format_bytes
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, emit_json, err, fail, out
 from deskside.cli.guard import (
     CgroupOpt,
     StateDirOpt,
@@ -18,6 +18,7 @@ from deskside.cli.guard import (
 )
 from deskside.errors import DesksideError, UsageError
 from deskside.exporter.series import EXPORTER_PORT
+from deskside.terminal import shown
 
 if TYPE_CHECKING:
     from deskside.recipe.types import Node, Recipe

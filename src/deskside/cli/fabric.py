@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, emit_json, err, fail, out
 from deskside.errors import DesksideError, UsageError
+from deskside.terminal import shown
 
 if TYPE_CHECKING:
     from deskside.fabric.report import CheckReport

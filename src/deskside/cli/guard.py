@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out
 from deskside.errors import DesksideError, UsageError
+from deskside.terminal import shown
 
 if TYPE_CHECKING:
     from deskside.guard.watch import Guardian

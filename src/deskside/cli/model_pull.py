@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out
 from deskside.errors import DesksideError, RecipeError
 from deskside.recipe.types import Recipe
+from deskside.terminal import shown
 
 if TYPE_CHECKING:
     from rich.progress import TaskID

@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TransferSpeedColumn
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out
 from deskside.errors import DesksideError
+from deskside.terminal import shown
 from deskside.units import format_bytes
 
 KnownHosts = Annotated[

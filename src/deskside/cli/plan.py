@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, fail, out, parse_option, shown
+from deskside.cli.common import JsonFlag, emit_json, fail, out, parse_option
 from deskside.errors import DesksideError, UsageError
+from deskside.terminal import shown
 
 if TYPE_CHECKING:
     from deskside.planner.inputs import Overrides
@@ -82,7 +83,7 @@ def plan(
     if as_json:
         emit_json(result.model_dump(mode="json"))
     else:
-        from deskside.report import print_plan
+        from deskside.cli.report import print_plan
 
         print_plan(out, result)
     if not result.fits:
@@ -117,7 +118,7 @@ def _plan_set(loaded: Recipe, path: Path, overrides: Overrides, as_json: bool) -
             }
         )
     else:
-        from deskside.report import print_plan
+        from deskside.cli.report import print_plan
 
         for group, one in plans.items():
             out.print(f"[bold]group {shown(group)}[/]", highlight=False)

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import RecipeArg, emit_json, err, fail, out, shown
+from deskside.cli.common import RecipeArg, emit_json, err, fail, out
 from deskside.errors import DesksideError
+from deskside.terminal import shown
 
 STYLE = {"PASS": "green", "FAIL": "bold red", "SKIPPED": "yellow"}
 

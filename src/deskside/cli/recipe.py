@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from deskside.cli import model_pull, model_sync
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out, shown
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out
 from deskside.errors import DesksideError, UsageError
+from deskside.terminal import shown
 
 model_app = typer.Typer(
     help="Model weights: pull the pinned revision, manifest, verify, sync to the workers; "

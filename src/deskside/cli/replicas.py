@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from deskside.cli.common import emit_json, err, out, shown
+from deskside.cli.common import emit_json, err, out
 from deskside.errors import PlanRefused
+from deskside.terminal import shown
 
 if TYPE_CHECKING:
     from deskside.recipe.types import Recipe
@@ -59,7 +60,7 @@ def up_set_command(
 
 
 def print_set_up(r: SetReport) -> None:
-    from deskside.report import print_up
+    from deskside.cli.report import print_up
 
     for group, one in r.groups.items():
         out.print(f"[bold]group {shown(group)}[/]", highlight=False)
@@ -139,7 +140,7 @@ def status_set_command(record: SetRecord, known_hosts: str | None, as_json: bool
 
 
 def print_set_status(st: SetStatus) -> None:
-    from deskside.report import print_status
+    from deskside.cli.report import print_status
 
     colour = {"READY": "green", "DEGRADED": "yellow", "STARTING": "cyan"}.get(st.cluster, "red")
     out.print(

@@ -16,11 +16,10 @@ from deskside.cli.common import (
     emit_json,
     err,
     fail,
-    literal,
     out,
-    shown,
 )
 from deskside.errors import DesksideError
+from deskside.terminal import literal, shown
 
 # The runtimes, the demo and the report load inside each command: `deskside exporter` and
 # the other commands start without them.
@@ -48,9 +47,9 @@ def up(
     """Plan, then start every node (workers first, then the head) and wait until every
     served name answers. Nodes on this machine run as processes (or in network
     namespaces); ssh: nodes get a new release over SSH, rolled back on failure."""
+    from deskside.cli.report import print_up
     from deskside.home import resolve_recipe
     from deskside.planner.inputs import plan_recipe
-    from deskside.report import print_up
     from deskside.runtime.pipeline import UpOptions
     from deskside.runtime.records import run_lock
     from deskside.runtime.select import runtime_for
@@ -154,7 +153,7 @@ def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag
     WEDGED / DOWN with reasons (WEDGED: requests run, no token comes, every process alive;
     the suspected nodes named); KV usage and requests from /metrics; what `deskside watch`
     last did. Exit 1 unless READY."""
-    from deskside.report import print_status
+    from deskside.cli.report import print_status
     from deskside.runtime.records import find_run
     from deskside.runtime.select import runtime_of
 
@@ -179,7 +178,7 @@ def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag
 def logs(
     node: Annotated[str | None, typer.Argument(help="Node name (default: all).")] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
-    lines: Annotated[int, typer.Option("-n", help="Lines from the end.")] = 40,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Lines from the end.")] = 40,
     run: RunOpt = None,
     known_hosts: KnownHosts = None,
     as_json: JsonFlag = False,
@@ -223,8 +222,8 @@ def demo(
     """The embedded two-node run: a tiny DeepSeek-V3-architecture model, TP=2 across two
     nodes on this machine with MTP speculative decoding, real chat completions, the plan
     beside the engine's own KV line, then everything torn down."""
+    from deskside.cli.report import print_demo
     from deskside.demo import run_demo
-    from deskside.report import print_demo
 
     t0 = time.monotonic()
     try:

@@ -11,9 +11,10 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, RunOpt, emit_json, err, fail, out, shown
+from deskside.cli.common import JsonFlag, RunOpt, emit_json, err, fail, out
 from deskside.cli.run import KnownHosts
 from deskside.errors import DesksideError
+from deskside.terminal import shown
 
 
 def watch(

@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from deskside.cli.common import shown
 from deskside.monitor.check import CheckReport
 from deskside.monitor.snapshot import FabricView, NodeView, Snapshot
+from deskside.terminal import shown
 from deskside.units import format_bytes
 
 

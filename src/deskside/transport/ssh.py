@@ -42,12 +42,17 @@ import functools
 import shlex
 import threading
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
-import asyncssh
+with warnings.catch_warnings():
+    # cryptography warns, as asyncssh loads, that DSA keys are deprecated: a library's notice
+    # printed on every command otherwise, and nothing the user can act on
+    warnings.simplefilter("ignore", UserWarning)
+    import asyncssh
 
 from deskside.errors import DesksideError
 from deskside.safefs import open_source

@@ -16,10 +16,15 @@ import contextlib
 import os
 import shlex
 import stat
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import asyncssh
+with warnings.catch_warnings():
+    # cryptography warns, as asyncssh loads, that DSA keys are deprecated: a library's notice
+    # printed on every command otherwise, and nothing the user can act on
+    warnings.simplefilter("ignore", UserWarning)
+    import asyncssh
 
 # The private keys OpenSSH (and asyncssh) try when none is named, in ~/.ssh.
 DEFAULT_KEY_NAMES = (

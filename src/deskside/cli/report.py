@@ -4,15 +4,19 @@ printed literally)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from deskside.cli.common import literal, shown
-from deskside.planner.plan import Plan
-from deskside.runtime.pipeline import UpReport
-from deskside.runtime.status import ClusterStatus
+from deskside.terminal import literal, shown
 from deskside.units import format_gib
+
+if TYPE_CHECKING:
+    from deskside.planner.plan import Plan
+    from deskside.runtime.pipeline import UpReport
+    from deskside.runtime.status import ClusterStatus
 
 
 def _params(n: int) -> str:

@@ -1,0 +1,89 @@
+"""The command table: `deskside --help` lists every command without importing one; each
+entry resolves to a real command; every option has a long form; the node daemons' old
+spellings still run, with a deprecation note."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer._click.core import Command, Context
+from typer.core import TyperGroup, TyperOption
+from typer.testing import CliRunner
+
+from deskside.cli.app import COMMANDS, app
+from deskside.cli.lazy import Entry, load
+from deskside.cli.node import app as node_app
+
+
+def _all_commands() -> list[tuple[str, Command]]:
+    out: list[tuple[str, Command]] = []
+
+    def walk(prefix: str, command: Command) -> None:
+        out.append((prefix, command))
+        if isinstance(command, TyperGroup):
+            ctx = Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                if sub is not None and not sub.hidden:
+                    walk(f"{prefix} {name}", sub)
+
+    for entry in COMMANDS:
+        walk(f"deskside {entry.name}", load(entry))
+    return out
+
+
+def test_help_imports_no_command_module() -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from deskside.cli.app import app\n"
+        "r = CliRunner().invoke(app, ['--help'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('deskside.'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    commands = {e.target.partition(":")[0] for e in COMMANDS}
+    assert not loaded & commands, sorted(loaded & commands)
+    assert not any(m.startswith(("deskside.recipe", "deskside.planner")) for m in loaded)
+
+
+def test_help_lists_every_visible_command_and_hides_old_spellings() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for entry in COMMANDS:
+        listed = f" {entry.name} " in result.output
+        assert listed != entry.hidden, entry.name
+
+
+@pytest.mark.parametrize("entry", COMMANDS, ids=lambda e: e.name)
+def test_every_entry_resolves_to_a_command(entry: Entry) -> None:
+    command = load(entry)
+    assert command.name == entry.name
+    assert isinstance(command, TyperGroup) == entry.group
+
+
+def test_every_option_has_a_long_form() -> None:
+    missing = [
+        f"{where}: {param.opts}"
+        for where, command in _all_commands()
+        for param in command.params
+        if isinstance(param, TyperOption) and not any(o.startswith("--") for o in param.opts)
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("daemon", ["exporter", "guard", "watch"])
+def test_node_daemons_live_under_node_and_old_spellings_still_run(daemon: str) -> None:
+    new = CliRunner().invoke(app, ["node", daemon, "--help"])
+    assert new.exit_code == 0, new.output
+    assert f"deskside node {daemon}" in new.output
+    assert daemon in CliRunner().invoke(node_app, ["--help"]).output
+    old = CliRunner().invoke(app, [daemon, "--no-such-flag"])
+    assert f"deskside {daemon} is deprecated: use `deskside node {daemon}`" not in old.output
+    assert old.exit_code == 2  # parsed by the same command: the unknown flag is refused
+    ran = CliRunner().invoke(app, [daemon, "--help"])
+    assert ran.exit_code == 0 and "--" in ran.output
