@@ -169,3 +169,14 @@ def test_facts_import_only_the_transport_errors_and_units() -> None:
         inner.discard("deskside")
         bad = {d for d in inner if not d.startswith(allowed)}
         assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_no_module_outside_the_cli_imports_it() -> None:
+    """The CLI is a thin face: the library never reaches back into it."""
+    g = graph()
+    bad = {
+        name: sorted(d for d in deps if d.startswith("deskside.cli"))
+        for name, deps in g.items()
+        if not name.startswith("deskside.cli") and any(d.startswith("deskside.cli") for d in deps)
+    }
+    assert bad == {}
