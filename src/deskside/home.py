@@ -88,6 +88,13 @@ def resolve_recipe(arg: str | Path, *, make_model: bool = True) -> tuple[Recipe,
     raise _not_found(name, path, sorted(embedded))
 
 
+def is_embedded(arg: str | Path) -> bool:
+    """Whether `arg` names an embedded recipe (no file of that name is there)."""
+    path = Path(arg)
+    exists = os.path.lexists(path) and not path.is_dir()
+    return not exists and str(arg) in embedded_recipes()
+
+
 def _not_found(name: str, path: Path, embedded: list[str]) -> UsageError:
     where = Location(path=str(path.absolute()))
     if path.is_dir():

@@ -10,9 +10,11 @@ turn `:name:` codes into emoji.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -20,6 +22,8 @@ from rich.console import Console
 
 from deskside.errors import DesksideError, RecipeError, UsageError
 from deskside.terminal import literal, shown
+
+Say = Callable[[str], None]
 
 out = Console(soft_wrap=True, emoji=False)
 err = Console(stderr=True, soft_wrap=True, emoji=False)
@@ -64,3 +68,31 @@ def parse_option(fn: Callable[[str], T], value: str | None, flag: str) -> T | No
         return fn(value)
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}") from None
+
+
+@contextlib.contextmanager
+def steps(first: str, *, clock: bool = True) -> Iterator[Say]:
+    """Show a long command's steps as they come: a spinner line on a terminal; anywhere
+    else (a log file, a pipe, CI) one plain line per step on stderr, each with the seconds
+    since the start, so a log shows where the time went. Yields the function to call with
+    each step's message."""
+    t0 = time.monotonic()
+
+    def since() -> str:
+        return f"{time.monotonic() - t0:.0f} s"
+
+    if err.is_terminal:
+        with err.status(shown(first)) as spinner:
+            yield lambda msg: spinner.update(f"{shown(msg)} ({since()})" if clock else shown(msg))
+        return
+    last: list[str] = []
+
+    def say(msg: str) -> None:
+        if last and last[-1] == msg:
+            return
+        last[:] = [msg]
+        stamp = f"[{since():>6}] " if clock else ""
+        err.print(f"{stamp}{literal(msg, multiline=False)}", markup=False, highlight=False)
+
+    say(first)
+    yield say

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, RecipeArg, emit_json, err, fail, out, steps
 from deskside.errors import DesksideError, UsageError
 from deskside.terminal import shown
 from deskside.units import format_bytes
@@ -115,7 +115,7 @@ def doctor(
         if as_json:
             report = doc.run()
         else:
-            with err.status("checking the nodes"):
+            with steps("checking the nodes"):
                 report = doc.run()
         progress = None if as_json else _progress
         if stop_pid:

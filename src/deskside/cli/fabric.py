@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, emit_json, fail, out, steps
 from deskside.errors import DesksideError, UsageError
 from deskside.terminal import shown
 
@@ -317,10 +317,8 @@ def check(
         if as_json:
             report = check_fabric(loaded, transports, options)
         else:
-            with err.status("checking the fabric") as spinner:
-                report = check_fabric(
-                    loaded, transports, options, progress=lambda m: spinner.update(shown(m))
-                )
+            with steps("checking the fabric", clock=False) as say:
+                report = check_fabric(loaded, transports, options, progress=say)
     except DesksideError as exc:
         fail(exc, as_json)
         return

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import RecipeArg, emit_json, err, fail, out
+from deskside.cli.common import RecipeArg, emit_json, fail, out, steps
 from deskside.errors import DesksideError
 from deskside.terminal import shown
 
@@ -37,8 +37,8 @@ def probe(
 
     try:
         target = find_target(recipe, known_hosts)
-        with err.status("probing") as spinner:
-            results = run_probes(target, say=lambda name: spinner.update(f"probing: {name}"))
+        with steps("probing") as say:
+            results = run_probes(target, say=lambda name: say(f"probing: {name}"))
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, emit_json, fail, out, steps
 from deskside.errors import DesksideError
 from deskside.terminal import shown
 
@@ -28,8 +28,8 @@ def install(
     from deskside.proxy_install import install as do_install
 
     try:
-        with err.status("installing the LiteLLM proxy") as spinner:
-            result = do_install(venv, say=lambda msg: spinner.update(shown(msg)))
+        with steps("installing the LiteLLM proxy", clock=False) as say:
+            result = do_install(venv, say=say)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:

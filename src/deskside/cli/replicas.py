@@ -3,13 +3,12 @@ every group is a run of its own, the set adds one proxy (`deskside.replicas`).""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from deskside.cli.common import emit_json, err, out
+from deskside.cli.common import emit_json, err, out, steps
 from deskside.errors import PlanRefused
 from deskside.terminal import shown
 
@@ -41,16 +40,9 @@ def up_set_command(
             f"deskside refuses to launch: {refusal}",
             hint="lower max_model_len (see `deskside plan`) or give the KV cache more memory",
         )
-    t0 = time.monotonic()
     options = UpOptions(known_hosts=known_hosts, dry_run=dry_run, timeout=timeout)
-    with run_lock(loaded.name), err.status("starting") as spinner:
-        report = up_set(
-            loaded,
-            path,
-            plans,
-            options,
-            progress=lambda msg: spinner.update(f"{shown(msg)} ({time.monotonic() - t0:.0f} s)"),
-        )
+    with run_lock(loaded.name), steps("starting") as say:
+        report = up_set(loaded, path, plans, options, progress=say)
     if as_json:
         emit_json(report.to_dict())
     else:

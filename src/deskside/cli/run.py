@@ -17,6 +17,7 @@ from deskside.cli.common import (
     err,
     fail,
     out,
+    steps,
 )
 from deskside.errors import DesksideError
 from deskside.terminal import literal, shown
@@ -46,15 +47,16 @@ def up(
 ) -> None:
     """Plan, then start every node (workers first, then the head) and wait until every
     served name answers. Nodes on this machine run as processes (or in network
-    namespaces); ssh: nodes get a new release over SSH, rolled back on failure."""
+    namespaces); ssh: nodes get a new release over SSH, rolled back on failure. An embedded
+    recipe (local-tiny) leaves out, with a note, a service that is not installed here (the
+    LiteLLM proxy, Prometheus); a recipe file that enables one refuses to start without it."""
     from deskside.cli.report import print_up
-    from deskside.home import resolve_recipe
+    from deskside.home import is_embedded, resolve_recipe
     from deskside.planner.inputs import plan_recipe
     from deskside.runtime.pipeline import UpOptions
     from deskside.runtime.records import run_lock
     from deskside.runtime.select import runtime_for
 
-    t0 = time.monotonic()
     try:
         loaded, path = resolve_recipe(recipe)
         if loaded.replicas is not None:
@@ -64,17 +66,14 @@ def up(
             return
         planned = plan_recipe(loaded, path)
         runtime = runtime_for(loaded, known_hosts)
-        options = UpOptions(known_hosts=known_hosts, dry_run=dry_run, timeout=timeout)
-        with run_lock(loaded.name), err.status("starting") as spinner:
-            report = runtime.up(
-                loaded,
-                path,
-                planned,
-                options,
-                progress=lambda msg: spinner.update(
-                    f"{shown(msg)} ({time.monotonic() - t0:.0f} s)"
-                ),
-            )
+        options = UpOptions(
+            known_hosts=known_hosts,
+            dry_run=dry_run,
+            timeout=timeout,
+            skip_missing_services=is_embedded(recipe),
+        )
+        with run_lock(loaded.name), steps("starting") as say:
+            report = runtime.up(loaded, path, planned, options, progress=say)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
@@ -227,10 +226,8 @@ def demo(
 
     t0 = time.monotonic()
     try:
-        with err.status("starting") as spinner:
-            result = run_demo(
-                lambda msg: spinner.update(f"{shown(msg)} ({time.monotonic() - t0:.0f} s)"), keep_up
-            )
+        with steps("starting") as say:
+            result = run_demo(say, keep_up)
     except DesksideError as exc:
         fail(exc, as_json)
     result["total_seconds"] = round(time.monotonic() - t0, 1)
