@@ -119,7 +119,8 @@ def test_probe_passes_on_the_running_cluster(cluster: dict[str, object], home: P
     r = deskside(home, "probe", "local-tiny", "--json", timeout=300)
     seconds = time.monotonic() - t0
     assert "Traceback" not in r.stderr
-    found = {p["name"]: p for p in json.loads(r.stdout)}
+    answer = json.loads(r.stdout)
+    found = {p["name"]: p for p in answer["results"]}
     assert list(found) == [
         "batch-invariance",
         "names-and-keys",
@@ -133,7 +134,7 @@ def test_probe_passes_on_the_running_cluster(cluster: dict[str, object], home: P
         assert found[name]["result"] in ("PASS", "SKIPPED") and found[name]["detail"], found[name]
     assert "5 running requests" in found["batch-invariance"]["detail"]
     assert "max_model_len 4,096" in found["long-context"]["detail"]
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 0 and answer["ok"] is True, r.stdout + r.stderr
     assert seconds < 120, seconds
 
 

@@ -159,7 +159,13 @@ def test_cli_json_lists_every_probe_and_exits_1_on_a_fail(monkeypatch: pytest.Mo
     monkeypatch.setattr("deskside.probe.client.run_probes", lambda t, say: found)
     code, stdout, _ = invoke("local-tiny", "--json")
     assert code == 1
-    assert json.loads(stdout) == [r.to_dict() for r in found]
+    assert json.loads(stdout) == {
+        "ok": False,
+        "results": [
+            {"name": "batch-invariance", "result": "PASS", "detail": "same"},
+            {"name": "tool-calls", "result": "FAIL", "detail": "no call"},
+        ],
+    }
     code, stdout, _ = invoke("local-tiny")
     assert code == 1 and "FAIL" in stdout and "no call" in stdout
 

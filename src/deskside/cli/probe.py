@@ -42,7 +42,12 @@ def probe(
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
-        emit_json([r.to_dict() for r in results])
+        emit_json(
+            {
+                "ok": not any(r.result == "FAIL" for r in results),
+                "results": [r.to_dict() for r in results],
+            }
+        )
     else:
         width = max(len(r.name) for r in results)
         for r in results:
