@@ -5,6 +5,7 @@ SIGTERM stops the exporter with exit 0."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -138,3 +139,104 @@ def test_serve_scrape_twice_and_stop(tmp_path: Path, engine_url: str) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=15)
+
+
+def _exporter(tmp_path: Path, engine: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "deskside.cli",
+        "node",
+        "exporter",
+        "--recipe",
+        str(FLAGSHIP),
+        "--node",
+        "ai1",
+        "--sysfs-root",
+        str(FIXTURES / "sysfs" / "gb10-head" / "sys"),
+        "--proc-root",
+        str(FIXTURES / "proc" / "gb10-head"),
+        "--engine-url",
+        engine,
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("mode", ["drip-body", "drip-headers", "silent", "huge", "garbage"])
+def test_a_hostile_engine_leaves_the_nodes_own_series_served(tmp_path: Path, mode: str) -> None:
+    """--once against an engine /metrics that drips, stays silent, sends gigabytes or
+    garbage: done within the engine scrape's deadline, the engine down, the rest served."""
+    from tests.hostile_http import hostile_server
+
+    env = dict(os.environ, DESKSIDE_HOME=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    with hostile_server(mode) as url:
+        t0 = time.monotonic()
+        done = subprocess.run(
+            _exporter(tmp_path, f"{url}/metrics", "--once"),
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+        seconds = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    found = {
+        s.name: s.value for f in text_string_to_metric_families(done.stdout) for s in f.samples
+    }
+    assert found[series.ENGINE_UP] == 0.0
+    assert series.GPU_PRESENT in found and series.VERSIONS in found
+    assert seconds < 20, seconds  # interpreter start + a 2 s engine deadline
+
+
+def test_idle_connections_do_not_starve_a_scrape(tmp_path: Path, engine_url: str) -> None:
+    """Three hundred connections that never send a request: a scrape still answers, at
+    once, and the exporter holds no thread per connection."""
+    port = free_port()
+    env = dict(os.environ, DESKSIDE_HOME=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    extra = ("--host", "127.0.0.1", "--port", str(port))
+    proc = subprocess.Popen(
+        _exporter(tmp_path, engine_url, *extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    idle: list[socket.socket] = []
+    try:
+        wait_listening(proc, port)
+        for _ in range(300):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            idle[-1].sendall(b"GET /met")  # a head that never ends
+        t0 = time.monotonic()
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert samples[series.ENGINE_UP] == [({"node": "ai1"}, 1.0)]
+        assert time.monotonic() - t0 < 5
+        threads = len(os.listdir(f"/proc/{proc.pid}/task"))
+        assert threads < 20, threads
+        # a head that trickles in is dropped at its deadline, however steadily it comes
+        slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+        t0 = time.monotonic()
+        try:
+            for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+                slow.sendall(bytes([byte]))
+                time.sleep(0.1)
+        except OSError:
+            pass  # closed under our feet: what is claimed
+        slow.settimeout(3)
+        with contextlib.suppress(ConnectionResetError):
+            assert slow.recv(1024) == b""  # closed, nothing served
+        assert time.monotonic() - t0 < 15
+        slow.close()
+    finally:
+        for s in idle:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=15)

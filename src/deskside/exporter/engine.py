@@ -32,8 +32,9 @@ class EngineReading:
 
 
 class HttpFetch:
-    """GET a URL (short timeout, no proxy from the environment): the text of a 200
-    answer, else None (refused, timed out, an error status, too large).
+    """GET a URL (no proxy from the environment; the whole exchange within
+    TIMEOUT_SECONDS and MAX_BYTES): the text of a 200 answer, else None (refused, timed
+    out, dripping, an error status, too large).
 
     One client is kept for the exporter's life: connections are reused between scrapes,
     and the TLS context, which costs ~0.4 s to build with the CA bundle, is built only
@@ -43,12 +44,11 @@ class HttpFetch:
         self._clients: dict[bool, Any] = {}
 
     def _client(self, https: bool) -> Any:
-        import httpx
+        from deskside.httpclient import Limits, client
 
         if https not in self._clients:
-            self._clients[https] = httpx.Client(
-                timeout=TIMEOUT_SECONDS, trust_env=False, verify=https
-            )
+            limits = Limits(total=TIMEOUT_SECONDS, max_bytes=MAX_BYTES)
+            self._clients[https] = client(limits, trust_env=False, verify=https)
         return self._clients[https]
 
     def __call__(self, url: str) -> str | None:
@@ -56,19 +56,12 @@ class HttpFetch:
 
         client = self._client(url.startswith("https:"))
         try:
-            with client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    return None
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > MAX_BYTES:
-                        return None
-                    chunks.append(chunk)
+            response: httpx.Response = client.get(url)
         except httpx.HTTPError:
             return None
-        return b"".join(chunks).decode(errors="replace")
+        if response.status_code != 200:
+            return None
+        return response.content.decode(errors="replace")
 
     def close(self) -> None:
         for client in self._clients.values():
@@ -111,7 +104,8 @@ def parse_engine(text: str) -> EngineReading:
                     running = (running or 0.0) + float(s.value)
                 elif s.name.startswith("vllm:") and s.name.endswith("_info") and version is None:
                     version = s.labels.get("version") or s.labels.get("vllm_version")
-    except ValueError:
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        # prometheus_client's parser raises more than ValueError on some garbage
         return EngineReading(up=True)
     return EngineReading(up=True, tokens=tokens, running=running, vllm_version=version)
 
