@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from deskside.bench.client import StreamClient, StreamRequest, _Connection, _Sink
@@ -374,3 +376,49 @@ def test_token_detection_fast_and_full_paths_agree() -> None:
     finish.first = 0.0
     finish.event(b'{"choices":[{"index":0,"text":"x","finish_reason":"length"}]}', 3.0)
     assert finish.finish_reason == "length" and finish.chunks == [3.0]
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "why"),
+    [
+        ("drip-sse", "timeout", "no complete response within 1 s"),
+        ("silent", "timeout", "no complete response within 1 s"),
+        ("endless-sse", "connection", "the stream ran past 4,194,304 bytes"),
+        ("no-separator-sse", "connection", "an event ran past 1,048,576 bytes"),
+    ],
+)
+def test_a_hostile_server_ends_the_request_within_its_bounds(
+    mode: str, kind: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream that drips, never answers, never ends, or never separates its events: the
+    request ends with its reason, within --timeout (the caps end the fast ones sooner; the
+    stream cap is lowered here to keep the test short)."""
+    from tests.hostile_http import hostile_server
+
+    monkeypatch.setattr("deskside.bench.client.MAX_STREAM_BYTES", 4 << 20)
+    timeout = 1.0 if "drip" in mode or mode == "silent" else 60.0
+    with hostile_server(mode) as url:
+        t0 = time.monotonic()
+        (record,) = asyncio.run(_serial(url, [real_request(0, "x", 4, True)], timeout=timeout))
+        assert time.monotonic() - t0 < timeout + 1.5
+    assert (record.ok, record.error_kind) == (False, kind)
+    assert why in (record.error or "")
+
+
+def test_control_calls_are_bounded_too() -> None:
+    """/v1/models, /metrics and friends: the same total deadline and a byte cap."""
+    from tests.hostile_http import hostile_server
+
+    async def get(url: str) -> None:
+        client = StreamClient(url, timeout_s=1.0)
+        try:
+            await client.get_text(url + "/metrics")
+        finally:
+            await client.aclose()
+
+    for mode in ("drip-body", "huge"):
+        with hostile_server(mode) as url:
+            t0 = time.monotonic()
+            with pytest.raises(httpx.HTTPError):
+                asyncio.run(get(url))
+            assert time.monotonic() - t0 < 3

@@ -39,6 +39,7 @@ import httpx
 
 from deskside.bench.models import RequestRecord
 from deskside.bench.stream_events import SLOW, TOKEN, StreamSink
+from deskside.httpclient import METRICS, Limits, async_client
 
 _Sink = StreamSink  # the name the tests use
 __all__ = ["SLOW", "TOKEN", "BenchClient", "StreamClient", "StreamRequest"]
@@ -46,6 +47,11 @@ __all__ = ["SLOW", "TOKEN", "BenchClient", "StreamClient", "StreamRequest"]
 Clock = Callable[[], float]
 
 MAX_ERROR_BODY = 64 * 1024
+MAX_EVENT_BYTES = 1 << 20
+"""An SSE event longer than this (a stream without separators) ends the request."""
+MAX_STREAM_BYTES = 64 << 20
+"""A streamed answer longer than this (an endless stream) ends the request; a 32k-token
+answer is a few MiB."""
 
 # A proxy's word on which replica answered, most telling first: LiteLLM's proxy sets
 # x-litellm-model-api-base and x-litellm-model-id (ProxyBaseLLMRequestProcessing.
@@ -105,6 +111,7 @@ class _Connection(asyncio.Protocol):
         self.backend: dict[bytes, bytes] = {}
         self._buf = b""
         self._error_body = bytearray()
+        self._seen = 0
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -143,6 +150,10 @@ class _Connection(asyncio.Protocol):
         sink = self.sink
         if sink is None:
             return
+        self._seen += len(body)
+        if self._seen > MAX_STREAM_BYTES:
+            self._refuse(f"the stream ran past {MAX_STREAM_BYTES:,} bytes")
+            return
         buf = self._buf + body if self._buf else body
         if b"\r" in buf:
             hold = buf.endswith(b"\r")
@@ -171,6 +182,16 @@ class _Connection(asyncio.Protocol):
             if data:
                 sink.event(b"\n".join(data), now)
         self._buf = buf[start:] + tail
+        if len(self._buf) > MAX_EVENT_BYTES:
+            self._refuse(f"an event ran past {MAX_EVENT_BYTES:,} bytes without its end")
+
+    def _refuse(self, why: str) -> None:
+        self.sink = None
+        self._buf = b""
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError(why))
+        if self.transport is not None:
+            self.transport.abort()
 
     def on_message_complete(self) -> None:
         self.completed_at = self.now
@@ -186,6 +207,7 @@ class _Connection(asyncio.Protocol):
         self.backend = {}
         self._buf = b""
         self._error_body = bytearray()
+        self._seen = 0
         self.done = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return self.done
@@ -289,8 +311,11 @@ class StreamClient:
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self._auth = f"authorization: Bearer {api_key}\r\n" if api_key else ""
-        self.http = http or httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=30.0)
+        self.http = http or async_client(
+            Limits(total=timeout_s, max_bytes=METRICS.max_bytes),
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(30.0, timeout_s)),
         )
 
     def _request_bytes(self, path: str, body: bytes) -> bytes:

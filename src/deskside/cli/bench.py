@@ -122,7 +122,13 @@ def bench(
     seed: Annotated[
         int | None, typer.Option(help="Prompt seed (default: fresh per run, recorded).")
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 900.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds each request may take in all (connecting, the streamed "
+            "answer); a stream past 64 MiB or one event past 1 MiB also ends it."
+        ),
+    ] = 900.0,
     api_key: Annotated[
         str | None, typer.Option(envvar="DESKSIDE_API_KEY", help="Bearer token, if needed.")
     ] = None,
