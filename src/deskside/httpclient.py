@@ -15,7 +15,9 @@ never trips a 3-second read timeout, and nothing bounds how much a body may hold
   cannot grow into gigabytes.
 
 `client(limits, ...)` / `async_client(limits, ...)` build clients; `bounded(transport,
-limits)` wraps a given transport (tests pass mock transports through the same wrapper).
+limits)` wraps a given transport (tests pass mock transports through the same wrapper). One
+request may ask for a shorter deadline than its client's with `within(seconds)` as its
+`extensions`.
 """
 
 from __future__ import annotations
@@ -133,6 +135,19 @@ def _too_large(request: httpx.Request, limits: Limits) -> BodyTooLarge:
     )
 
 
+DEADLINE_KEY = "deskside_deadline"
+
+
+def within(seconds: float) -> dict[str, Any]:
+    """Request extensions asking for a total deadline shorter than the client's."""
+    return {DEADLINE_KEY: float(seconds)}
+
+
+def _total(request: httpx.Request, limits: Limits) -> float:
+    asked = request.extensions.get(DEADLINE_KEY)
+    return min(limits.total, asked) if isinstance(asked, float) and asked > 0 else limits.total
+
+
 def _identity(request: httpx.Request) -> None:
     request.headers["Accept-Encoding"] = "identity"
 
@@ -192,7 +207,7 @@ class BoundedTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         _identity(request)
-        end = _now() + self.limits.total
+        end = _now() + _total(request, self.limits)
         before = getattr(_local, "deadline", None)
         _local.deadline = end if before is None else min(before, end)
         try:
@@ -250,9 +265,9 @@ class AsyncBoundedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         _identity(request)
-        end = _now() + self.limits.total
+        end = _now() + _total(request, self.limits)
         try:
-            async with asyncio.timeout(self.limits.total):
+            async with asyncio.timeout(end - _now()):
                 response = await self._inner.handle_async_request(request)
         except TimeoutError as exc:
             raise _passed(request, self.limits) from exc

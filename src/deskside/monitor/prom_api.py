@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from deskside.errors import DesksideError
+from deskside.httpclient import METRICS, Limits, client, within
 
 TIMEOUT = 10.0
 UNREACHABLE_HINT = (
@@ -23,8 +24,9 @@ Labels = dict[str, str]
 
 
 def make_client() -> httpx.Client:
-    """The HTTP client deskside's monitoring commands use (tests replace it)."""
-    return httpx.Client(timeout=TIMEOUT)
+    """The HTTP client deskside's monitoring commands use (tests replace it): every
+    exchange within TIMEOUT seconds in all and 16 MiB."""
+    return client(Limits(total=TIMEOUT, max_bytes=METRICS.max_bytes))
 
 
 class PrometheusUnreachable(DesksideError):
@@ -111,7 +113,7 @@ class Prometheus:
     def _get(self, path: str, params: dict[str, str], timeout: float = TIMEOUT) -> Any:
         where = f"{self.url}{path}"
         try:
-            r = self.client.get(where, params=params, timeout=timeout)
+            r = self.client.get(where, params=params, timeout=timeout, extensions=within(timeout))
         except httpx.HTTPError as exc:
             raise PrometheusUnreachable(
                 f"Prometheus at {self.url} does not answer ({type(exc).__name__}: {exc})",
@@ -119,7 +121,7 @@ class Prometheus:
             ) from None
         try:
             body = r.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         if not isinstance(body, dict) or "status" not in body:
             raise PrometheusUnreachable(
@@ -131,10 +133,19 @@ class Prometheus:
             raise QueryError(f"Prometheus refused {path}: {error}")
         return body.get("data")
 
+    def _shape(self, path: str) -> PrometheusUnreachable:
+        return PrometheusUnreachable(
+            f"{self.url} answered {path} in a shape Prometheus's API never has",
+            hint=UNREACHABLE_HINT,
+        )
+
     def query(self, expr: str) -> Result:
         """An instant query, now."""
         data = self._get("/api/v1/query", {"query": expr})
-        return parse_result(data if isinstance(data, dict) else {})
+        try:
+            return parse_result(data if isinstance(data, dict) else {})
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+            raise self._shape("/api/v1/query") from None
 
     def label_values(
         self, label: str, match: str | None = None, lookback_s: float | None = None
@@ -153,20 +164,10 @@ class Prometheus:
     def alerts(self) -> list[Alert]:
         """Active alerts (firing and pending)."""
         data = self._get("/api/v1/alerts", {})
-        raw = data.get("alerts", []) if isinstance(data, dict) else []
-        found = []
-        for a in raw:
-            labels = {str(k): str(v) for k, v in dict(a.get("labels", {})).items()}
-            summary = dict(a.get("annotations", {})).get("summary")
-            found.append(
-                Alert(
-                    labels.get("alertname", "?"),
-                    str(a.get("state", "?")),
-                    labels,
-                    str(summary) if summary is not None else None,
-                )
-            )
-        return found
+        try:
+            return _alerts(data)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+            raise self._shape("/api/v1/alerts") from None
 
     def ready(self, timeout: float = 2.0) -> bool:
         """Whether the API answers at all, within `timeout` seconds."""
@@ -175,3 +176,20 @@ class Prometheus:
         except DesksideError:
             return False
         return True
+
+
+def _alerts(data: Any) -> list[Alert]:
+    raw = data.get("alerts", []) if isinstance(data, dict) else []
+    found = []
+    for a in raw:
+        labels = {str(k): str(v) for k, v in dict(a.get("labels", {})).items()}
+        summary = dict(a.get("annotations", {})).get("summary")
+        found.append(
+            Alert(
+                labels.get("alertname", "?"),
+                str(a.get("state", "?")),
+                labels,
+                str(summary) if summary is not None else None,
+            )
+        )
+    return found

@@ -14,6 +14,7 @@ from typing import Protocol
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from deskside.httpclient import within
 from deskside.monitor.prom_api import Prometheus, Sample
 
 RATE_WINDOW = "1m"
@@ -127,11 +128,12 @@ def scrape(client: httpx.Client, endpoints: list[Endpoint]) -> tuple[Scrape, lis
     notes = []
     for ep in endpoints:
         try:
-            r = client.get(ep.url, timeout=SCRAPE_TIMEOUT)
+            r = client.get(ep.url, timeout=SCRAPE_TIMEOUT, extensions=within(SCRAPE_TIMEOUT))
             r.raise_for_status()
             result.add(parse_exposition(r.text, ep.node))
         except httpx.HTTPError as exc:
             notes.append(f"{ep.node}: {ep.what} at {ep.url} does not answer ({type(exc).__name__})")
-        except ValueError:
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+            # prometheus_client's parser raises more than ValueError on some garbage
             notes.append(f"{ep.node}: {ep.what} at {ep.url} does not serve Prometheus metrics")
     return result, notes
