@@ -13,12 +13,12 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from deskside.exporter import series
-from deskside.lock import LOCK_PATH
 from deskside.recipe.types import Recipe
 from deskside.render import rule_tests
 from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 from deskside.render.context import build_context
+from deskside.render.lock import LOCK_PATH
 from deskside.render.rule_tests import expand, humanize1024
 
 from .render_cases import FLAGSHIP, LOCAL_TINY, hostile_bundle, load_and_plan

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import httpx
 
-from deskside import lock as lockfile
 from deskside.engine.launch import NodeLaunch
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Node, Recipe
+from deskside.render import lock as lockfile
 from deskside.render.bundle import Bundle
 from deskside.runtime.control import Control
 from deskside.runtime.ops import Executed, Op

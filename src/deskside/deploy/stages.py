@@ -24,7 +24,6 @@ import hashlib
 import json
 from pathlib import Path
 
-from deskside import lock as lockfile
 from deskside import secrets
 from deskside.deploy import preflight as pf
 from deskside.deploy import releases as rel
@@ -34,6 +33,7 @@ from deskside.doctor import match
 from deskside.errors import PlanRefused, UsageError
 from deskside.layout import MANIFEST_FILE, model_upload
 from deskside.models.check import model_findings
+from deskside.render import lock as lockfile
 from deskside.render.assemble import render
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.render.proxy import HEAD_KEY_FILE

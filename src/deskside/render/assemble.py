@@ -36,8 +36,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-# a module import: deskside.lock imports deskside.render.bundle, so either may load first
-from deskside import lock as lockfile
 from deskside.exporter import series
 from deskside.fabric.nccl import fabric_envs
 from deskside.planner.plan import Plan
@@ -55,6 +53,7 @@ from deskside.render import (
     systemd,
     units,
 )
+from deskside.render import lock as lockfile
 from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
 from deskside.render.context import RenderContext, build_context
 from deskside.render.serialize import json_text
