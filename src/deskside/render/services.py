@@ -12,8 +12,10 @@ deskside's own exporter is not a container: it is `deskside exporter`, a Python 
 that reads the node's sysfs, NVML and the engine's /metrics; it runs natively on every node
 (`deskside.render.units`), from the deskside the node has.
 
-Every service: images pinned by digest (recipe fields), host network, `restart:
-unless-stopped`, a healthcheck. Prometheus and Grafana keep their data under R/N/data/
+Each service's image, command (or entrypoint), bind mounts, environment and readiness URL
+are the service table's (`deskside.engine.services`); this file adds host network,
+`restart: unless-stopped`, labels, and a healthcheck on the readiness URL. Images are
+pinned by digest (recipe fields). Prometheus and Grafana keep their data under R/N/data/
 (outside the releases, so it survives them); Docker creates those folders owned by root,
 so both run as root. Every string goes through `quote.compose_string`.
 """
@@ -80,8 +82,8 @@ def _source(ctx: RenderContext, source: str) -> str:
     """A mount's source as the Compose file names it: the cluster files relative to the
     file (cluster/compose.yaml), so a release reads its own."""
     cluster = ctx.service_site.cluster
-    if source == cluster or source.startswith(cluster + "/"):
-        return "./" + source[len(cluster) + 1 :] if source != cluster else "."
+    if source.startswith(cluster + "/"):
+        return "./" + source.removeprefix(cluster + "/")
     return source
 
 
