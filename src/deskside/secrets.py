@@ -1,8 +1,7 @@
 """Secrets deskside hands to services: the LiteLLM proxy's master key (and any token of
 the same kind). A secret is generated, or read from a file; it is written with mode 0600
 only, never printed (its repr is masked), and never put in a rendered file or the lock —
-rendered files name the secret's file on the node instead
-(`deskside.render.proxy.master_key_path`).
+rendered files name the secret's file on the node instead (`master_key_file`).
 
 The machine running deskside keeps each recipe's generated secrets under
 `$DESKSIDE_HOME/secrets/<recipe>/`; the deploy copies them to the head with mode 0600.
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from deskside.errors import Location, UsageError
 from deskside.layout import ENGINE_ENV_FILE, ENGINE_KEY_ENV
+from deskside.recipe.types import Recipe
 from deskside.safefs import PRIVATE_DIR, create_file, deskside_home, write_file
 
 PROXY_MASTER_KEY = "proxy-master-key"
@@ -55,6 +55,19 @@ def new_master_key() -> str:
 
 def secrets_dir(recipe_name: str) -> Path:
     return deskside_home() / "secrets" / recipe_name
+
+
+def master_key_file(recipe: Recipe, secrets_folder: str | Path) -> str:
+    """Where the proxy's master key is on the host the proxy runs on: the recipe's
+    `proxy.master_key_file`, else the key deskside generates, in its 0700 secrets folder
+    there (`secrets_folder`: $DESKSIDE_HOME/secrets/<recipe> on this machine,
+    `runtime.root`/<recipe>/secrets on a node)."""
+    return recipe.proxy.master_key_file or f"{secrets_folder}/{PROXY_MASTER_KEY}"
+
+
+def master_key_here(recipe: Recipe) -> Path:
+    """The proxy's master key file of a run on this machine."""
+    return Path(master_key_file(recipe, secrets_dir(recipe.name)))
 
 
 def _refuse(path: Path, message: str, hint: str) -> UsageError:

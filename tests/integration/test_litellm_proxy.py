@@ -1,9 +1,9 @@
 """The rendered LiteLLM proxy, run for real (litellm[proxy] 1.108.5 from its own venv,
-`.venv-proxy`, made by scripts/bootstrap): it starts from the rendered `run-proxy.sh` with
-the key read from its 0600 file, routes the served name and every alias to the head's
-OpenAI-compatible server (here deskside's synthetic server, which like vLLM requires the
-engine's own key on /v1), sends that key from the head's engine.env, and refuses a request
-without the master key."""
+`.venv-proxy`, made by scripts/bootstrap): it starts as its service says (the rendered
+`run-proxy.sh` given the key files), with the key read from its 0600 file, routes the
+served name and every alias to the head's OpenAI-compatible server (here deskside's
+synthetic server, which like vLLM requires the engine's own key on /v1), sends that key
+from the head's engine.env, and refuses a request without the master key."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
+from deskside.engine.services import ServiceSite, services
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.load import load_recipe
 from deskside.render.assemble import render
@@ -75,7 +76,8 @@ def test_rendered_proxy_routes_every_alias(tmp_path: Path, upstream: ThreadedSer
     )
     write_tiny_model("deepseek-v3", Path(recipe.model.path or ""))
     bundle = render(recipe, recipe_path, plan_recipe(recipe, recipe_path))
-    out = tmp_path / "bundle"
+    # the head's release, where the proxy's service finds the bundle's cluster files
+    out = Path(recipe.runtime.root) / recipe.name / "current"
     for path in bundle:
         target = out / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,7 @@ def test_rendered_proxy_routes_every_alias(tmp_path: Path, upstream: ThreadedSer
         target.chmod(bundle.mode(path))
     key = "sk-test-" + os.urandom(8).hex()
     key_file = Path(recipe.runtime.root) / recipe.name / "secrets" / "proxy-master-key"
-    key_file.parent.mkdir(parents=True)
+    key_file.parent.mkdir(parents=True, exist_ok=True)
     key_file.write_text(key)
     key_file.chmod(0o600)
     engine_env = key_file.parent / "engine.env"
@@ -91,8 +93,10 @@ def test_rendered_proxy_routes_every_alias(tmp_path: Path, upstream: ThreadedSer
     engine_env.chmod(0o600)
     env = {**os.environ, "PATH": f"{PROXY_BIN}:{os.environ['PATH']}"}
     log = (tmp_path / "proxy.log").open("wb")
+    (proxy,) = [s for s in services(recipe, ServiceSite.deployed(recipe)) if s.name == "proxy"]
+    assert proxy.argv[:2] == ("/bin/sh", str(out / "cluster/litellm/run-proxy.sh"))
     proc = subprocess.Popen(
-        ["sh", str(out / "cluster/litellm/run-proxy.sh")],
+        list(proxy.argv),
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

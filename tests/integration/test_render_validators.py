@@ -30,10 +30,10 @@ import pytest
 from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
-from deskside.lock import LOCK_PATH
 from deskside.recipe.types import Recipe
 from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
+from deskside.render.lock import LOCK_PATH
 
 from ..unit.render_cases import (
     LOCAL_TINY,

@@ -18,8 +18,9 @@ import pytest
 
 from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
 from deskside.recipe.load import load_recipe_text
+from deskside.replicas.groups import group_recipes
 from deskside.replicas.plans import plan_set
-from deskside.replicas.proxy import engines_env_text
+from deskside.replicas.proxy import engines_env_text, set_proxy
 from deskside.replicas.render import proxy_files
 from deskside.tiny import write_tiny_model
 
@@ -110,14 +111,17 @@ def test_set_proxy_spreads_and_survives_a_lost_group(
     for f in ("master", "engines.env"):
         (tmp_path / f).chmod(0o600)
     log = (tmp_path / "proxy.log").open("wb")
+    proxy = set_proxy(  # as the set's start runs it
+        recipe,
+        group_recipes(recipe),
+        node=recipe.head.name,
+        folder=str(folder),
+        master_key=str(tmp_path / "master"),
+        keys_file=str(tmp_path / "engines.env"),
+        litellm=str(PROXY_BIN / "litellm"),
+    )
     proc = subprocess.Popen(
-        [
-            "sh",
-            str(folder / "run-proxy.sh"),
-            str(tmp_path / "master"),
-            str(tmp_path / "engines.env"),
-            str(PROXY_BIN / "litellm"),
-        ],
+        list(proxy.argv),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -103,7 +103,7 @@ class FakeHost(FakeTransport):
         self.journal.entries.append((self.label, "spawn", tuple(argv)))
         pid = super().spawn(argv, log_path=log_path, cwd=cwd)
         script = argv[-1]
-        if script.endswith("run-proxy.sh"):
+        if any(word.endswith("/run-proxy.sh") for word in argv):  # /bin/sh run-proxy.sh ...
             self.proxies.add(pid)
             self.alive.add(pid)
             self.files[log_path] = b"LiteLLM: Proxy running\n"

@@ -25,6 +25,7 @@ PURE = (
     "deskside.planner.inert",
     "deskside.layout",
     "deskside.engine.launch",
+    "deskside.engine.services",
     "deskside.render",
     "deskside.survive",
 )

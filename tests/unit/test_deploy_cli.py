@@ -79,13 +79,13 @@ def test_dry_run_of_a_local_recipe_prints_the_transcript(tmp_path: Path, home: P
         (t["node"], t["what"].split(" on ")[0]) for t in services if t["op"].startswith("spawn ")
     ]
     assert started == [
-        ("node0", "starting the LiteLLM proxy"),
-        ("node0", "starting Prometheus"),
-        ("node0", "starting node_exporter"),
-        ("node0", "starting deskside's exporter"),
-        ("node1", "starting node_exporter"),
-        ("node1", "starting deskside's exporter"),
-        ("node0", "starting deskside watch"),  # survive.watch: the head's watcher
+        ("node0", "LiteLLM proxy"),
+        ("node0", "Prometheus"),
+        ("node0", "node_exporter"),
+        ("node0", "deskside exporter"),
+        ("node1", "node_exporter"),
+        ("node1", "deskside exporter"),
+        ("node0", "deskside watch"),  # survive.watch: the head's watcher
     ]
     # no secret in any operation: the proxy reads its keys from their files
     assert not any("sk-" in t["op"] for t in report["transcript"])

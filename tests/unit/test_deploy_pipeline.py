@@ -386,8 +386,10 @@ def test_proxy_key_is_pushed_0600_and_never_shown(tmp_path: Path, home: Path) ->
     assert key not in c.head.files[f"{c.paths.release(rid)}/cluster/deskside.lock"].decode()
     assert key not in run_file("ssh-tiny").read_text()
     # the proxy started after the head engine; the contract went through it, with the key
-    spawns = [c.journal.entries[i][2][-1] for i in c.journal.index("node0", "spawn")]
-    assert spawns[0].endswith("/launch.sh") and spawns[1].endswith("/litellm/run-proxy.sh")
+    spawns = [c.journal.entries[i][2] for i in c.journal.index("node0", "spawn")]
+    assert spawns[0][-1].endswith("/launch.sh")
+    assert spawns[1][:2] == ("/bin/sh", f"{c.paths.current}/cluster/litellm/run-proxy.sh")
+    assert spawns[1][2] == key_path  # the key's file, never its value
     contract = [r for r in c.api.seen if r.url.path == "/v1/chat/completions"]
     assert {r.url.port for r in contract} == {4000}
     assert {r.headers["authorization"] for r in contract} == {f"Bearer {key}"}

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from .render_cases import (
     load_and_plan,
     write_hostile_recipe,
 )
+from .unit_words import exec_start
 
 SHELLS = [s for s in ("sh", "dash", "bash") if shutil.which(s)]
 
@@ -59,9 +61,14 @@ def fake_bin(folder: Path, *names: str) -> Path:
 
 
 def run_script(
-    script: Path, workdir: Path, shell: str = "sh", extra_env: dict[str, str] | None = None
+    script: Path,
+    workdir: Path,
+    shell: str = "sh",
+    extra_env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
-    """Run `script` with `shell` in `workdir`, fakes first on PATH; what the fake recorded."""
+    """Run `script` (with `args`) with `shell` in `workdir`, fakes first on PATH; what the
+    fake recorded."""
     record = workdir / "record.json"
     record.unlink(missing_ok=True)
     bin_dir = fake_bin(workdir / "bin", "vllm", "litellm", "python3")
@@ -72,7 +79,12 @@ def run_script(
         **(extra_env or {}),
     }
     done = subprocess.run(
-        [shell, str(script)], cwd=workdir, env=env, capture_output=True, text=True, timeout=60
+        [shell, str(script), *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     recorded = json.loads(record.read_text()) if record.exists() else None
     return done, recorded
@@ -217,6 +229,7 @@ def test_run_proxy_reads_the_key_file_at_a_hostile_path(tmp_path: Path) -> None:
     key_file.write_text("sk-test-key\n")
     data = hostile_recipe_data("models/tiny")
     data["proxy"]["master_key_file"] = str(key_file)
+    del data["proxy"]["image"]  # natively: its unit runs run-proxy.sh
     root = tmp_path / "root$(touch${IFS}PWNED)`id`"
     data["runtime"]["root"] = str(root)
     engine_env = root / data["name"] / "secrets" / "engine.env"
@@ -227,12 +240,17 @@ def test_run_proxy_reads_the_key_file_at_a_hostile_path(tmp_path: Path) -> None:
     out = tmp_path / "out"
     render(recipe, path, plan).write(out)
     script = out / "cluster" / "litellm" / "run-proxy.sh"
-    done, recorded = run_script(script, tmp_path)
+    # the arguments its unit gives it (what follows `/bin/sh run-proxy.sh` in ExecStart)
+    words = exec_start((out / "head.0" / f"deskside-{recipe.name}-proxy.service").read_text())
+    assert words[:2] == ["/bin/sh", f"{root}/{recipe.name}/current/cluster/litellm/run-proxy.sh"]
+    args = words[2:]
+    assert args[:2] == [str(key_file), str(engine_env)]
+    done, recorded = run_script(script, tmp_path, args=args)
     assert done.returncode == 0, done.stderr
     assert recorded is not None and recorded["argv0"] == "litellm"
     assert recorded["argv"] == [
         "--config",
-        f"{out}/cluster/litellm/config.yaml",
+        f"{root}/{recipe.name}/current/cluster/litellm/config.yaml",
         "--host",
         "10.99.0.1",
         "--port",
@@ -242,14 +260,14 @@ def test_run_proxy_reads_the_key_file_at_a_hostile_path(tmp_path: Path) -> None:
     assert recorded["env"]["VLLM_API_KEY"] == "sk-engine-key"  # what the proxy sends on
     assert "sk-test-key" not in done.stdout + done.stderr
     engine_env.unlink()
-    done, recorded = run_script(script, tmp_path)
+    done, recorded = run_script(script, tmp_path, args=args)
     assert done.returncode == 1 and recorded is None
-    assert "engine key file" in done.stderr
+    assert f"{engine_env} is missing or unreadable" in done.stderr
     engine_env.write_text("VLLM_API_KEY=sk-engine-key\n")
     key_file.unlink()
-    done, recorded = run_script(script, tmp_path)
+    done, recorded = run_script(script, tmp_path, args=args)
     assert done.returncode == 1 and recorded is None
-    assert "missing or unreadable" in done.stderr
+    assert f"{key_file} is missing or unreadable" in done.stderr
     no_payload_ran(tmp_path)
 
 

@@ -10,10 +10,10 @@ import pytest
 
 from deskside.errors import UsageError
 from deskside.layout import model_upload
-from deskside.lock import LOCK_PATH, bundle_lock, diff, parse_lock, read_lock
 from deskside.recipe.types import Recipe
 from deskside.render.assemble import render
 from deskside.render.bundle import sha256_hex
+from deskside.render.lock import LOCK_PATH, bundle_lock, diff, parse_lock, read_lock
 
 from .render_cases import FLAGSHIP, LOCAL_TINY, load_and_plan
 

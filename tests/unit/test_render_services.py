@@ -13,15 +13,16 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from deskside.exporter import series
-from deskside.lock import LOCK_PATH
 from deskside.recipe.types import Recipe
 from deskside.render import rule_tests
 from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 from deskside.render.context import build_context
+from deskside.render.lock import LOCK_PATH
 from deskside.render.rule_tests import expand, humanize1024
 
 from .render_cases import FLAGSHIP, LOCAL_TINY, hostile_bundle, load_and_plan
+from .unit_words import exec_start
 
 RULES = "cluster/prometheus/rules/deskside.rules.yml"
 RULE_TESTS = "cluster/prometheus/rules/deskside.rules.test.yml"
@@ -69,8 +70,21 @@ def test_without_an_image_the_proxy_runs_natively(flagship: tuple[Recipe, Bundle
     proxy = _unit(bundle, "ai1", "proxy", recipe.name)
     assert "Type=simple" in proxy and "Restart=on-failure" in proxy
     current = f"/opt/deskside/{recipe.name}/current"
-    assert f"ExecStart=/bin/sh {current}/cluster/litellm/run-proxy.sh\n" in proxy
-    assert "/opt/litellm/bin/litellm" in bundle["cluster/litellm/run-proxy.sh"].decode()
+    secrets = f"/opt/deskside/{recipe.name}/secrets"
+    # run-proxy.sh reads the keys from the files it is given, then execs the recipe's LiteLLM
+    assert exec_start(proxy) == [
+        "/bin/sh",
+        f"{current}/cluster/litellm/run-proxy.sh",
+        f"{secrets}/proxy-master-key",
+        f"{secrets}/engine.env",
+        "/opt/litellm/bin/litellm",
+        "--config",
+        f"{current}/cluster/litellm/config.yaml",
+        "--host",
+        "192.168.0.27",
+        "--port",
+        "4000",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -178,10 +192,26 @@ def test_head_compose_runs_proxy_prometheus_grafana(
     assert list(data["services"]) == ["proxy", "prometheus", "grafana"]
     proxy = data["services"]["proxy"]
     assert proxy["image"] == recipe.proxy.image
-    assert proxy["entrypoint"][1:] == ["/deskside/litellm/run-proxy.sh", "litellm"]
-    mounts = {v["source"]: v for v in proxy["volumes"]}
     key = "/opt/deskside/dual-spark-deepseek-v4-flash/secrets/proxy-master-key"
+    engine_env = "/opt/deskside/dual-spark-deepseek-v4-flash/secrets/engine.env"
+    # the image's own litellm, the files as the container sees them
+    assert proxy["entrypoint"] == [
+        "/bin/sh",
+        "/deskside/litellm/run-proxy.sh",
+        key,
+        engine_env,
+        "litellm",
+        "--config",
+        "/deskside/litellm/config.yaml",
+        "--host",
+        "192.168.0.27",
+        "--port",
+        "4000",
+    ]
+    mounts = {v["source"]: v for v in proxy["volumes"]}
+    assert mounts["./litellm"]["target"] == "/deskside/litellm" and mounts["./litellm"]["read_only"]
     assert mounts[key]["target"] == key and mounts[key]["read_only"]
+    assert mounts[engine_env]["target"] == engine_env and mounts[engine_env]["read_only"]
     assert "/health/liveliness" in proxy["healthcheck"]["test"][-1]
     prom = data["services"]["prometheus"]
     assert prom["image"] == recipe.monitoring.images.prometheus
@@ -265,7 +295,7 @@ def test_container_units_wrap_one_compose_service(
     assert "Type=simple" in exporter and "Restart=on-failure" in exporter
     assert (
         f"ExecStart=deskside exporter --recipe /opt/deskside/{name}/current/recipe.yaml --node ai2 "
-        f"--host 192.168.0.176 --port {series.EXPORTER_PORT}\n"
+        f"--host 192.168.0.176 --port {series.EXPORTER_PORT} --state-dir /opt/deskside/{name}\n"
     ) in exporter
     assert "NoNewPrivileges=yes" in exporter
     assert not any(p.startswith("ai2/") and "prometheus" in p for p in bundle)
@@ -279,9 +309,11 @@ def test_native_units_run_the_programs(tiny: tuple[Recipe, Bundle]) -> None:
     assert "NetworkNamespacePath=/run/netns/ds-node0" in prom
     assert "After=network-online.target" in prom and "Restart=on-failure" in prom
     node_exporter = _unit(bundle, "node1", "node-exporter", recipe.name)
-    assert "ExecStart=prometheus-node-exporter --web.listen-address=10.77.0.2:9100" in (
-        node_exporter
-    )
+    assert exec_start(node_exporter) == [
+        "prometheus-node-exporter",
+        "--path.rootfs=/",
+        "--web.listen-address=10.77.0.2:9100",
+    ]
     assert "NetworkNamespacePath=/run/netns/ds-node1" in node_exporter
     proxy = _unit(bundle, "node0", "proxy", recipe.name)
     assert "ExecStart=/bin/sh /opt/deskside/local-tiny/current/cluster/litellm/run-proxy.sh" in (

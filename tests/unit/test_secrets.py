@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from deskside.errors import UsageError
+from deskside.recipe.load import load_recipe
 from deskside.secrets import (
     PROXY_MASTER_KEY,
     engine_api_key,
@@ -18,11 +19,14 @@ from deskside.secrets import (
     engine_env_path,
     engine_env_text,
     load_or_create,
+    master_key_here,
     proxy_master_key,
     read_secret,
     secrets_dir,
     write_secret,
 )
+
+from .render_cases import LOCAL_TINY
 
 
 def mode(path: Path) -> int:
@@ -166,6 +170,21 @@ def test_generated_key_is_private_stable_and_masked(
     assert value.startswith("sk-") and len(value) > 30
     assert value not in repr(key) and value not in str(key) and value not in f"{key}"
     assert proxy_master_key("demo").reveal() == value  # generated once
+
+
+def test_the_generated_key_is_where_a_run_here_looks_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One location: the key `proxy_master_key` makes is the file a run on this machine
+    hands its proxy; the recipe's own `proxy.master_key_file` wins over it."""
+    monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path))
+    recipe = load_recipe(LOCAL_TINY)
+    value = proxy_master_key(recipe.name).reveal()
+    assert read_secret(master_key_here(recipe)).reveal() == value
+    own = recipe.model_copy(
+        update={"proxy": recipe.proxy.model_copy(update={"master_key_file": "/etc/key"})}
+    )
+    assert master_key_here(own) == Path("/etc/key")
 
 
 def test_read_from_a_file(tmp_path: Path) -> None:

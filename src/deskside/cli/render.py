@@ -1,5 +1,5 @@
 """`deskside render RECIPE --out DIR` and `deskside diff RECIPE --against LOCK`: a thin face
-over `deskside.render` and `deskside.lock`. Registered in deskside.cli without a group
+over `deskside.render` and `deskside.render.lock`. Registered in deskside.cli without a group
 name, so both are top-level commands."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from deskside.errors import DesksideError, PlanRefused
 from deskside.terminal import shown
 
 if TYPE_CHECKING:
-    from deskside.lock import HostDiff
     from deskside.recipe.types import Recipe
     from deskside.render.bundle import Bundle
+    from deskside.render.lock import HostDiff
 
 app = typer.Typer()
 
@@ -119,8 +119,8 @@ def diff(
 ) -> None:
     """Per host, what applying the recipe's bundle over a deployed one would change.
     Exits 1 when something would change (like diff(1)), 0 when all is up to date."""
-    from deskside.lock import diff as diff_locks
-    from deskside.lock import read_lock
+    from deskside.render.lock import diff as diff_locks
+    from deskside.render.lock import read_lock
 
     try:
         old = read_lock(against) if against is not None else None

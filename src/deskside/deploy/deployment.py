@@ -12,18 +12,18 @@ from pathlib import Path
 
 import httpx
 
-from deskside import lock as lockfile
 from deskside.engine.launch import NodeLaunch
+from deskside.engine.services import Service
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Node, Recipe
+from deskside.render import lock as lockfile
 from deskside.render.bundle import Bundle
 from deskside.runtime.control import Control
 from deskside.runtime.ops import Executed, Op
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport
 from deskside.runtime.records import NodeState, RunNode, RunRecord, save_run
-from deskside.runtime.services import ServiceLaunch
 from deskside.transport.base import Transport
 
 Clock = Callable[[], datetime]
@@ -64,7 +64,7 @@ class Deployment:
     unchanged: bool = False
     rid: str | None = None
     switched: list[str] = field(default_factory=list)
-    services: list[ServiceLaunch] = field(default_factory=list)  # the start's, to wait for
+    services: list[Service] = field(default_factory=list)  # the start's, to wait for
 
     @property
     def nodes(self) -> dict[str, Node]:

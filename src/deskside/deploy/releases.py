@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import PurePosixPath
 
+from deskside.engine.services import ServiceSite, services
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Recipe
-from deskside.render.services import GRAFANA, PROMETHEUS
+from deskside.render.compose import engine_caches
 from deskside.runtime.ops import stamp
 
 RELEASE_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}(?:-[0-9]+)?")
@@ -120,12 +121,13 @@ def swap_model_folder(staging: str, target: str) -> list[str]:
     return ["sh", "-c", MODEL_SWAP_SH, "sh", staging, target, old]
 
 
-def container_mounts(recipe: Recipe, layout: NodeLayout, head: bool) -> tuple[str, ...]:
-    """The bind-mount sources of a node's containers that deskside owns and creates: the
-    caches, and on the head the monitoring services' data (none for the native runtime)."""
-    if recipe.runtime.kind != "container":
-        return ()
-    dirs = [layout.cache, recipe.runtime.hf_cache]
-    if head and recipe.monitoring.enabled:
-        dirs += [layout.service_data(service) for service in (PROMETHEUS, GRAFANA)]
-    return tuple(dirs)
+def container_mounts(recipe: Recipe, layout: NodeLayout, node: str) -> tuple[str, ...]:
+    """The bind-mount sources of `node`'s containers that deskside owns and creates (Compose
+    files never ask Docker to): the engine's caches under the container runtime, and the
+    data of the services that run in their images there (`Mount.created`)."""
+    mounts = engine_caches(recipe, layout) if recipe.runtime.kind == "container" else []
+    if recipe.runtime.kind == "container" or recipe.runtime.systemd:  # Compose runs them
+        for s in services(recipe, ServiceSite.deployed(recipe)):
+            if s.node == node and s.in_container:
+                mounts += s.mounts
+    return tuple(dict.fromkeys(m.source for m in mounts if m.created))

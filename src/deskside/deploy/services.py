@@ -15,62 +15,38 @@ Then every service must answer at its URL (`wait_services`).
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import cast
 
 from deskside.deploy.deployment import Deployment
+from deskside.engine.services import Service
 from deskside.render import services as rendered
 from deskside.render import units
-from deskside.render.context import NodeContext, RenderContext, build_context
+from deskside.render.context import build_context
 from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG
 from deskside.runtime.ops import Amend, Op, Run, Spawn
 from deskside.runtime.records import ComposeProject, NodeState, ServiceName
-from deskside.runtime.services import ServiceLaunch, ready_url
-
-RECORDED: dict[str, ServiceName] = {
-    rendered.PROXY: "proxy",
-    rendered.PROMETHEUS: "prometheus",
-    rendered.NODE_EXPORTER: "node_exporter",
-    units.EXPORTER: "exporter",
-}
-# every recorded service but the watcher, which runs where deskside runs, not on a node
-assert set(RECORDED.values()) == set(get_args(ServiceName)) - {"watch"}
-
-
-def _ready_url(ctx: RenderContext, n: NodeContext, service: str) -> str:
-    return ready_url(ctx.recipe, n.node, RECORDED.get(service, service))
-
-
-def _launch(ctx: RenderContext, n: NodeContext, service: str) -> ServiceLaunch:
-    native = service != rendered.GRAFANA
-    return ServiceLaunch(
-        RECORDED.get(service, service),
-        n.name,
-        tuple(units.program_argv(ctx, n, service)) if native else (),
-        _ready_url(ctx, n, service),
-        units.WHAT[service],
-    )
 
 
 def service_ops(
     d: Deployment, rid: str, states: dict[str, NodeState]
-) -> tuple[list[Op], list[ServiceLaunch], list[str]]:
+) -> tuple[list[Op], list[Service], list[str]]:
     """(operations, the services to wait for, notes). `states`: each node's engine state
     as the start plans it (its start time names the services' run tags); what the services
     are is added to each node's recorded state."""
     ctx = build_context(d.recipe, d.recipe_path, d.plan)
     ops: list[Op] = []
-    waits: list[ServiceLaunch] = []
+    waits: list[Service] = []
     notes: list[str] = []
     started = d.now()
     release = d.layout.release(rid)
     for n in sorted(ctx.nodes, key=lambda n: n.node.role != "head"):
-        names = units.node_services(ctx, n)
-        if not names:
+        table = ctx.services_of(n.name)
+        if not table:
             continue
         control = d.controls[n.name]
         state = states[n.name]
-        spawned: list[str] = []
+        spawned: list[Service] = []
         if control.kind == "systemd":
             found = [u.name for u in units.service_units(ctx, n)]
             ops += [
@@ -80,16 +56,17 @@ def service_ops(
             restart = (*control.sudo, "systemctl", "restart", *found)
             ops.append(Run(n.name, restart, f"starting the services of {n.name}", 900))
             ops.append(Amend(n.name, d.layout, (("units", found),), "recording the services"))
+            waits += table
         elif control.kind == "compose":
             projects = []
-            if n.node.role == "head" and rendered.cluster_services(ctx):
+            if n.node.role == "head" and rendered.compose_services(ctx):
                 projects.append(
                     ComposeProject(
                         project=rendered.cluster_project(ctx),
                         file=f"{release}/cluster/{rendered.CLUSTER_COMPOSE}",
                     )
                 )
-            if d.recipe.monitoring.enabled:
+            if rendered.compose_services(ctx, n.name):
                 projects.append(
                     ComposeProject(
                         project=rendered.node_project(ctx),
@@ -102,34 +79,29 @@ def service_ops(
                 ops.append(Run(n.name, up, f"starting {c.project} on {n.name}", 900))
             ops.append(Amend(n.name, d.layout, (("compose", projects),), "recording the services"))
             # natively: the exporter, and the proxy when it has no image
-            in_compose = rendered.cluster_services(ctx) if n.node.role == "head" else []
-            spawned = [s for s in names if s in (units.EXPORTER, rendered.PROXY)]
-            spawned = [s for s in spawned if s not in in_compose]
+            spawned = [s for s in table if not s.in_container]
+            waits += table
         else:
-            spawned = [s for s in names if s != rendered.GRAFANA]
-            if rendered.GRAFANA in names:
+            spawned = [s for s in table if s.argv]
+            waits += spawned
+            if any(not s.argv for s in table):
                 notes.append(
                     f"{n.name}: Grafana runs under Docker Compose only (runtime.kind container "
                     "or runtime.systemd); the dashboard is in the release's cluster/grafana"
                 )
-        for service in spawned:
-            sl = _launch(ctx, n, service)
+        for s in spawned:
+            name = cast(ServiceName, s.name)  # a service with a command line: a ServiceName
             ops.append(
                 Spawn(
                     n.name,
-                    sl.argv,
-                    ((RUN_TAG, run_tag(state, sl.name)),),
-                    d.layout.service_log(rid, f"{started:%Y%m%dT%H%M%SZ}", sl.name),
+                    s.argv,
+                    ((RUN_TAG, run_tag(state, name)),),
+                    d.layout.service_log(rid, f"{started:%Y%m%dT%H%M%SZ}", s.name),
                     release,
-                    f"{sl.what} on {n.name}",
+                    f"{s.what} on {n.name}",
                     d.layout,
-                    RECORDED[service],
+                    name,
                     None,
                 )
             )
-        waits += [
-            _launch(ctx, n, s)
-            for s in names
-            if not (s == rendered.GRAFANA and control.kind == "process")
-        ]
     return ops, waits, notes

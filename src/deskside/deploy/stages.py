@@ -24,7 +24,6 @@ import hashlib
 import json
 from pathlib import Path
 
-from deskside import lock as lockfile
 from deskside import secrets
 from deskside.deploy import preflight as pf
 from deskside.deploy import releases as rel
@@ -34,9 +33,9 @@ from deskside.doctor import match
 from deskside.errors import PlanRefused, UsageError
 from deskside.layout import MANIFEST_FILE, model_upload
 from deskside.models.check import model_findings
+from deskside.render import lock as lockfile
 from deskside.render.assemble import render
 from deskside.render.bundle import CLUSTER_DIR
-from deskside.render.proxy import HEAD_KEY_FILE
 from deskside.runtime.control import Control, control_kind
 from deskside.runtime.ops import Executed, Op, Put, Run, Upload, at_once, execute
 from deskside.runtime.pipeline import Outcome
@@ -254,7 +253,7 @@ def _secret_ops(d: Deployment) -> list[Op]:
         ops.append(
             Put(
                 d.head,
-                f"{d.layout.recipe_dir}/{HEAD_KEY_FILE}",
+                secrets.master_key_file(recipe, d.layout.secrets),
                 (key.reveal() + "\n").encode(),
                 0o600,
                 "the proxy master key",
@@ -298,7 +297,7 @@ def push(d: Deployment) -> Outcome:
     files: list[Op] = []
     for node in d.recipe.cluster.nodes:
         name = node.name
-        mounts = rel.container_mounts(d.recipe, d.layout, node.role == "head")
+        mounts = rel.container_mounts(d.recipe, d.layout, name)
         staging = d.layout.staging(rid)
         files.append(Run(name, tuple(rel.prepare_dirs(d.layout, mounts)), "creating folders"))
         files.append(

@@ -19,7 +19,6 @@ from pathlib import Path, PurePosixPath
 from deskside.diagnose.scrub import secret_values
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Recipe
-from deskside.render.proxy import HEAD_KEY_FILE
 from deskside.secrets import MAX_SECRET_BYTES, PROXY_MASTER_KEY, engine_env_path, secrets_dir
 from deskside.smallfile import read_small_file
 
@@ -40,7 +39,7 @@ if [ -n "${HF_TOKEN:-}" ]; then printf '%s\n' "$HF_TOKEN"; fi
 
 def node_secret_files(layout: NodeLayout, recipe: Recipe | None, head: bool) -> list[str]:
     """The secret files of the run on one node (see the module docstring)."""
-    files = [layout.engine_env, str(PurePosixPath(layout.recipe_dir) / HEAD_KEY_FILE)]
+    files = [layout.engine_env, str(PurePosixPath(layout.secrets) / PROXY_MASTER_KEY)]
     if recipe is not None:
         if head and recipe.proxy.master_key_file:
             files.append(recipe.proxy.master_key_file)

@@ -25,8 +25,8 @@ from deskside.doctor.match_facts import NONE, MatchFacts, match_args, parse_matc
 from deskside.engine.launch import Site, node_env
 from deskside.errors import DesksideError
 from deskside.fabric.nccl import fabric_envs
-from deskside.lock import image_digest
 from deskside.recipe.types import Node, Recipe
+from deskside.render.lock import image_digest
 from deskside.transport.base import Transport
 
 # Time sync (chrony, systemd-timesyncd) keeps nodes on one network within milliseconds, so

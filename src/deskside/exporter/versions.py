@@ -10,8 +10,8 @@ from importlib import metadata
 
 from deskside.exporter import series
 from deskside.exporter.gpu import Nvml
-from deskside.lock import deskside_version, image_digest
 from deskside.recipe.types import Recipe
+from deskside.render.lock import deskside_version, image_digest
 
 LABELS = ("deskside", "vllm", "driver", "cuda", "nccl", "image_digest")
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")

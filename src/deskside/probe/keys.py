@@ -38,7 +38,7 @@ def proxy_headers(
         return None
     key_file = recipe.proxy.master_key_file
     if key_file is None:
-        path = secrets.secrets_dir(run.recipe_name) / secrets.PROXY_MASTER_KEY
+        path = Path(secrets.master_key_file(recipe, secrets.secrets_dir(run.recipe_name)))
         if not path.is_file():
             raise DesksideError(
                 f"no proxy master key for {run.recipe_name} here ({path})", hint=HINT

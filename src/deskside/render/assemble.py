@@ -36,8 +36,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-# a module import: deskside.lock imports deskside.render.bundle, so either may load first
-from deskside import lock as lockfile
+from deskside.engine.services import MASTER_KEY_ENV, PROXY_CONFIG, PROXY_SCRIPT
 from deskside.exporter import series
 from deskside.fabric.nccl import fabric_envs
 from deskside.planner.plan import Plan
@@ -55,6 +54,7 @@ from deskside.render import (
     systemd,
     units,
 )
+from deskside.render import lock as lockfile
 from deskside.render.bundle import CLUSTER_DIR, MODE_SCRIPT, Bundle, sha256_hex
 from deskside.render.context import RenderContext, build_context
 from deskside.render.serialize import json_text
@@ -86,8 +86,10 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
             f"{CLUSTER_DIR}/{services.CLUSTER_COMPOSE}", services.render_cluster_compose(ctx)
         )
     if recipe.runs_proxy:
-        bundle.add(f"{CLUSTER_DIR}/litellm/config.yaml", proxy.render_litellm_config(ctx))
-        bundle.add(f"{CLUSTER_DIR}/litellm/run-proxy.sh", proxy.render_run_proxy(ctx), MODE_SCRIPT)
+        bundle.add(f"{CLUSTER_DIR}/litellm/{PROXY_CONFIG}", proxy.render_litellm_config(ctx))
+        bundle.add(
+            f"{CLUSTER_DIR}/litellm/{PROXY_SCRIPT}", proxy.render_head_run_proxy(ctx), MODE_SCRIPT
+        )
     if recipe.monitoring.enabled:
         bundle.add(
             f"{CLUSTER_DIR}/prometheus/prometheus.yml", prometheus.render_prometheus_config(ctx)
@@ -180,12 +182,13 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
         if p.startswith(CLUSTER_DIR + "/") and p != lockfile.LOCK_PATH
     }
     svc: dict[str, Any] = {"engine_api": ctx.api_base}
-    if recipe.runs_proxy:
-        svc["proxy"] = {
-            "port": recipe.proxy.port,
-            "master_key_file": proxy.master_key_path(ctx),
-            "image": recipe.proxy.image,
-        }
+    for s in ctx.services:
+        if s.name == "proxy":
+            svc["proxy"] = {
+                "port": recipe.proxy.port,
+                "master_key_file": next(x.file for x in s.secrets if x.name == MASTER_KEY_ENV),
+                "image": recipe.proxy.image,
+            }
     if recipe.monitoring.enabled:
         mon = recipe.monitoring
         svc["monitoring"] = {
@@ -208,7 +211,7 @@ def build_lock(ctx: RenderContext, bundle: Bundle) -> lockfile.Lock:
             svc["compose"]["nodes"] = {
                 "project": services.node_project(ctx),
                 "file": services.NODE_COMPOSE,
-                "services": [services.NODE_EXPORTER],
+                "services": [s.slug for s in services.compose_services(ctx, recipe.head.name)],
             }
     service_units = {n.name: [u.name for u in units.service_units(ctx, n)] for n in ctx.nodes}
     if any(service_units.values()):

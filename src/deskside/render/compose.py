@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from deskside.engine.services import Mount
+from deskside.layout import NodeLayout
+from deskside.recipe.types import Recipe
 from deskside.render.bundle import sha256_hex
 from deskside.render.context import (
     CONTAINER_HOME_CACHE,
@@ -45,9 +48,12 @@ def python_check(url: str, start_period: str) -> dict[str, Any]:
     }
 
 
-def bind(source: str, target: str, *, read_only: bool = False) -> Any:
-    """A long-syntax bind mount. Its source must exist: deskside creates the caches when it
-    deploys (`bind.create_host_path` would, but Compose v1.29 refuses that key)."""
+def bind(
+    source: str, target: str, *, read_only: bool = False, propagation: str | None = None
+) -> Any:
+    """A long-syntax bind mount. Its source must exist: deskside creates the ones it owns
+    when it deploys (`Mount.created`; `bind.create_host_path` would, but Compose v1.29
+    refuses that key)."""
     volume: dict[str, Any] = {
         "type": "bind",
         "source": compose_string(source),
@@ -55,28 +61,44 @@ def bind(source: str, target: str, *, read_only: bool = False) -> Any:
     }
     if read_only:
         volume["read_only"] = True
+    if propagation is not None:
+        volume["bind"] = {"propagation": propagation}
     return volume
 
 
-def extra_bind(spec: str) -> Any:
+def extra_mount(spec: str) -> Mount:
     """A `runtime.volumes` entry, 'SOURCE:TARGET[:ro|:rw]'."""
     source, target, *mode = spec.split(":")
-    return bind(source, target, read_only=mode == ["ro"])
+    return Mount(source, target, read_only=mode == ["ro"])
+
+
+def engine_caches(recipe: Recipe, layout: NodeLayout) -> list[Mount]:
+    """The engine container's caches, which deskside creates on the node: the Hugging Face
+    cache (the same path inside) and ~/.cache (vLLM's and FlashInfer's caches)."""
+    return [
+        Mount(recipe.runtime.hf_cache, recipe.runtime.hf_cache, created=True),
+        Mount(layout.cache, CONTAINER_HOME_CACHE, created=True),
+    ]
+
+
+def engine_mounts(ctx: RenderContext) -> list[Mount]:
+    """The engine container's bind mounts: launch.sh (read-only), the caches, a local model
+    folder (read-only), then the recipe's `runtime.volumes`."""
+    mounts = [
+        Mount("./launch.sh", LAUNCH_IN_CONTAINER, read_only=True),
+        *engine_caches(ctx.recipe, ctx.layout),
+    ]
+    if ctx.recipe.model.path is not None:
+        # a local model folder: pushed under R/N/models/ (or an absolute path on the node)
+        mounts.append(Mount(ctx.model, ctx.model, read_only=True))
+    return mounts + [extra_mount(spec) for spec in ctx.recipe.runtime.volumes]
 
 
 def compose_data(ctx: RenderContext, n: NodeContext, launch_sh: bytes) -> dict[str, Any]:
     recipe = ctx.recipe
     runtime = recipe.runtime
     assert recipe.engine.image is not None  # the recipe rules require it for containers
-    volumes = [
-        bind("./launch.sh", LAUNCH_IN_CONTAINER, read_only=True),
-        bind(runtime.hf_cache, runtime.hf_cache),
-        bind(ctx.layout.cache, CONTAINER_HOME_CACHE),
-    ]
-    if recipe.model.path is not None:
-        # a local model folder: pushed under R/N/models/ (or an absolute path on the node)
-        volumes.append(bind(ctx.model, ctx.model, read_only=True))
-    volumes += [extra_bind(spec) for spec in runtime.volumes]
+    volumes = [bind(m.source, m.target, read_only=m.read_only) for m in engine_mounts(ctx)]
     service: dict[str, Any] = {
         "image": compose_string(recipe.engine.image),
         "entrypoint": ["/bin/sh", LAUNCH_IN_CONTAINER],

@@ -1,6 +1,6 @@
 """What every artefact family needs, derived once per render: where things live on a node
-(`deskside.layout.NodeLayout`) and each node's launch (`deskside.engine.launch`, never
-re-derived here).
+(`deskside.layout.NodeLayout`), each node's launch (`deskside.engine.launch`) and the
+services beside the engines (`deskside.engine.services`), never re-derived here.
 
 `deskside.render` is pure: nothing here reads files, the environment or the clock.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deskside.compose_cli import compose_argv
 from deskside.engine.launch import NodeLaunch, Site, launches, node_ip
+from deskside.engine.services import Service, ServiceSite, services
 from deskside.errors import UsageError
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
@@ -67,6 +68,8 @@ class RenderContext:
     layout: NodeLayout
     site: Site
     nodes: tuple[NodeContext, ...]  # recipe order
+    service_site: ServiceSite
+    services: tuple[Service, ...]  # the processes beside the engines (`deskside.engine.services`)
 
     @property
     def model(self) -> str:
@@ -85,6 +88,13 @@ class RenderContext:
 
     def node_ip(self, node: Node) -> str:
         return node_ip(node)
+
+    def services_of(self, node: str) -> list[Service]:
+        """The services node `node` runs, in the order they start."""
+        return [s for s in self.services if s.node == node]
+
+    def service(self, node: str, name: str) -> Service:
+        return next(s for s in self.services if s.node == node and s.name == name)
 
     @property
     def memory_max(self) -> int | None:
@@ -120,6 +130,7 @@ def build_context(recipe: Recipe, recipe_path: Path, plan: Plan) -> RenderContex
         )
     site = Site.deployed(recipe, recipe_path)
     by_node = {la.node: la for la in launches(recipe, plan, site)}
+    service_site = ServiceSite.deployed(recipe)
     return RenderContext(
         recipe=recipe,
         recipe_file=printable_name(recipe_path.name),
@@ -128,4 +139,6 @@ def build_context(recipe: Recipe, recipe_path: Path, plan: Plan) -> RenderContex
         layout=NodeLayout.of(recipe),
         site=site,
         nodes=tuple(NodeContext(n, by_node[n.name]) for n in recipe.cluster.nodes),
+        service_site=service_site,
+        services=tuple(services(recipe, service_site)),
     )

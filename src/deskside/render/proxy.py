@@ -1,57 +1,73 @@
-"""The LiteLLM proxy on the head: `cluster/litellm/config.yaml` routes the served name and
-every alias to the engine on the head (clients send the served name; docs/flagship.md #2),
-and `cluster/litellm/run-proxy.sh` starts it (natively, or in LiteLLM's image under Compose:
-`deskside.render.services`).
+"""The LiteLLM proxy's files, for a recipe's head (`cluster/litellm/`) and a replica set
+(`proxy/`, `deskside.replicas.render`) alike:
 
-The master key never appears in a rendered file: the config names an environment variable
-(`os.environ/LITELLM_MASTER_KEY`, LiteLLM's own indirection) and run-proxy.sh reads the key
-from its 0600 file on the head at start-up (`deskside.secrets`). The engine's own key
-(VLLM_API_KEY, which the engine requires when the proxy fronts it) comes the same way from
-the head's engine.env.
+- `config.yaml` routes every served name and alias to the engines behind it (clients send
+  the served name; docs/flagship.md #2);
+- `run-proxy.sh MASTER_KEY_FILE KEYS_FILE LITELLM [ARG...]` reads the master key and the
+  engines' keys from their 0600 files, sets the proxy's environment, and execs LiteLLM
+  with the rest of its arguments. How it is called (natively, by a systemd unit, in
+  LiteLLM's image under Compose) is the proxy's service (`deskside.engine.services`).
+
+No key appears in a rendered file or on a command line: the config names environment
+variables (`os.environ/NAME`, LiteLLM's own indirection), and the script fills them from
+the files it is given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from deskside.engine.services import MASTER_KEY_ENV, PROXY_ENV, PROXY_SCRIPT
 from deskside.layout import ENGINE_KEY_ENV
 from deskside.render.context import RenderContext
 from deskside.render.quote import sh
 from deskside.render.serialize import comment_header, yaml_text
 
-MASTER_KEY_ENV = "LITELLM_MASTER_KEY"
-HEAD_KEY_FILE = "secrets/proxy-master-key"
-"""Where deskside puts a generated master key on the head, under R/N/ (mode 0600)."""
+
+@dataclass(frozen=True)
+class Backend:
+    """An engine the proxy routes to."""
+
+    api_base: str  # the engine's API server (http://host:port)
+    key_env: str  # the proxy's variable that holds the engine's key
+    max_model_len: int
+    # a replica group: deployment ids `<group>/<name>` name it in LiteLLM's logs, health
+    # results and cooldowns
+    group: str | None = None
+    timeout: float | None = None
 
 
-def master_key_path(ctx: RenderContext) -> str:
-    """The master key file on the head: the recipe's `proxy.master_key_file`, else the
-    key deskside generates (see `deskside.secrets`), pushed to R/N/secrets/."""
-    return ctx.recipe.proxy.master_key_file or f"{ctx.layout.recipe_dir}/{HEAD_KEY_FILE}"
-
-
-def litellm_config(ctx: RenderContext) -> dict[str, Any]:
-    api_base = f"{ctx.api_base}/v1"
-    model_list = [
-        {
-            "model_name": name,
-            "litellm_params": {
-                # LiteLLM's vLLM provider: the part after the slash is the model name sent
-                # to vLLM, which answers to every --served-model-name.
+def litellm_config(
+    names: Sequence[str],
+    backends: Sequence[Backend],
+    router: dict[str, Any] | None = None,
+    general: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """LiteLLM's config: one deployment per (served name, backend)."""
+    model_list = []
+    for name in names:
+        for b in backends:
+            params: dict[str, Any] = {
+                # LiteLLM's vLLM provider: the part after the slash is the name sent to
+                # vLLM, which answers to every --served-model-name
                 "model": f"hosted_vllm/{name}",
-                "api_base": api_base,
+                "api_base": f"{b.api_base}/v1",
                 # the engine requires its own key behind the proxy (the proxy is the only
                 # door); LiteLLM reads it from the environment run-proxy.sh sets up
-                "api_key": f"os.environ/{ENGINE_KEY_ENV}",
-            },
-            "model_info": {"max_input_tokens": ctx.plan.max_model_len},
-        }
-        for name in ctx.recipe.model.all_names
-    ]
-    return {
-        "model_list": model_list,
-        "general_settings": {"master_key": f"os.environ/{MASTER_KEY_ENV}"},
-    }
+                "api_key": f"os.environ/{b.key_env}",
+            }
+            if b.timeout is not None:
+                params["timeout"] = b.timeout
+            info: dict[str, Any] = {"id": f"{b.group}/{name}"} if b.group is not None else {}
+            info["max_input_tokens"] = b.max_model_len
+            model_list.append({"model_name": name, "litellm_params": params, "model_info": info})
+    config: dict[str, Any] = {"model_list": model_list}
+    if router is not None:
+        config["router_settings"] = router
+    config["general_settings"] = {"master_key": f"os.environ/{MASTER_KEY_ENV}", **(general or {})}
+    return config
 
 
 def render_litellm_config(ctx: RenderContext) -> str:
@@ -60,48 +76,46 @@ def render_litellm_config(ctx: RenderContext) -> str:
         f"engine on {ctx.recipe.head.name}.",
         f"Rendered by `deskside render` from {ctx.recipe_file}.",
     )
-    return yaml_text(litellm_config(ctx), header)
+    backend = Backend(ctx.api_base, ENGINE_KEY_ENV, ctx.plan.max_model_len)
+    return yaml_text(litellm_config(ctx.recipe.model.all_names, [backend]), header)
 
 
-def render_run_proxy(ctx: RenderContext) -> str:
-    recipe = ctx.recipe
-    key = sh(master_key_path(ctx))
+def render_run_proxy(title: str, recipe_file: str) -> str:
+    """run-proxy.sh (see the module docstring); `title` says whose proxy it starts."""
+    usage = f"{PROXY_SCRIPT} MASTER_KEY_FILE KEYS_FILE LITELLM [ARG...]"
     lines = [
         "#!/bin/sh",
-        f"# {recipe.name}: start the LiteLLM proxy on the head ({recipe.head.name}).",
-        f"# Rendered by `deskside render` from {ctx.recipe_file}.",
-        "# The master key is read from its file here: it is in no rendered file and on no",
-        "# command line.",
-        "# Recipe values are literal on purpose:",
-        "# shellcheck disable=SC1003,SC2016,SC2088",
+        f"# {title}",
+        f"# Rendered by `deskside render` from {recipe_file}.",
+        f"# Usage: {usage}",
+        "# The keys are read from their files here: they are in no rendered file and on no",
+        "# command line. KEYS_FILE holds the engines' keys (NAME=value lines).",
         "set -eu",
-        "case $0 in */*) here=${0%/*} ;; *) here=. ;; esac",
-        f"key_file={key}",
-        'if [ ! -r "$key_file" ]; then',
-        "  printf 'deskside: proxy master key file %s is missing or unreadable\\n' "
-        '"$key_file" >&2',
-        "  exit 1",
+        "if [ $# -lt 3 ]; then",
+        f"  echo 'usage: {usage}' >&2",
+        "  exit 2",
         "fi",
+        "key_file=$1; keys_file=$2; shift 2",
+        'for f in "$key_file" "$keys_file"; do',
+        '  if [ ! -r "$f" ]; then',
+        "    printf 'deskside: key file %s is missing or unreadable\\n' \"$f\" >&2",
+        "    exit 1",
+        "  fi",
+        "done",
         f'{MASTER_KEY_ENV}=$(cat "$key_file")',
         f"export {MASTER_KEY_ENV}",
-        "# the engine's own key, which the proxy sends to it",
-        f"engine_env={sh(ctx.layout.engine_env)}",
-        'if [ ! -r "$engine_env" ]; then',
-        "  printf 'deskside: the engine key file %s is missing or unreadable\\n' "
-        '"$engine_env" >&2',
-        "  exit 1",
-        "fi",
         "set -a",
         "# shellcheck source=/dev/null",
-        '. "$engine_env"',
+        '. "$keys_file"',
         "set +a",
         "# no network at start-up: use the cost map bundled with LiteLLM",
-        "export LITELLM_LOCAL_MODEL_COST_MAP=True",
-        "# the LiteLLM program: the recipe's, or the first argument (the proxy's container",
-        "# runs the one in its image)",
-        f"litellm={sh(recipe.proxy.litellm)}",
-        "if [ $# -gt 0 ]; then litellm=$1; fi",
-        'exec "$litellm" --config "$here/config.yaml" '
-        f"--host {sh(recipe.head.address)} --port {recipe.proxy.port}",
+        *(f"export {name}={sh(value)}" for name, value in PROXY_ENV),
+        'exec "$@"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def render_head_run_proxy(ctx: RenderContext) -> str:
+    recipe = ctx.recipe
+    title = f"{recipe.name}: start the LiteLLM proxy on the head ({recipe.head.name})."
+    return render_run_proxy(title, ctx.recipe_file)

@@ -12,8 +12,10 @@ deskside's own exporter is not a container: it is `deskside exporter`, a Python 
 that reads the node's sysfs, NVML and the engine's /metrics; it runs natively on every node
 (`deskside.render.units`), from the deskside the node has.
 
-Every service: images pinned by digest (recipe fields), host network, `restart:
-unless-stopped`, a healthcheck. Prometheus and Grafana keep their data under R/N/data/
+Each service's image, command (or entrypoint), bind mounts, environment and readiness URL
+are the service table's (`deskside.engine.services`); this file adds host network,
+`restart: unless-stopped`, labels, and a healthcheck on the readiness URL. Images are
+pinned by digest (recipe fields). Prometheus and Grafana keep their data under R/N/data/
 (outside the releases, so it survives them); Docker creates those folders owned by root,
 so both run as root. Every string goes through `quote.compose_string`.
 """
@@ -22,20 +24,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from deskside.engine.services import IN_CONTAINER, Service, url
 from deskside.render.compose import bind, python_check
 from deskside.render.context import RenderContext
-from deskside.render.proxy import master_key_path
 from deskside.render.quote import compose_string
 from deskside.render.serialize import comment_header, yaml_text
 
 CLUSTER_COMPOSE = "compose.yaml"  # in cluster/
 NODE_COMPOSE = "monitoring.compose.yaml"  # in <node>/
-PROXY, PROMETHEUS, GRAFANA, NODE_EXPORTER = "proxy", "prometheus", "grafana", "node-exporter"
 
-IN_CONTAINER = "/deskside"
-"""Where the head's cluster files are mounted in the service containers."""
 DASHBOARDS_IN_CONTAINER = f"{IN_CONTAINER}/grafana/dashboards"
 DATASOURCE_UID = "deskside-prometheus"
+
+# what a service's container needs besides its service: Prometheus and Grafana write their
+# data under R/N/data/, which Docker creates owned by root; node_exporter sees the host's
+# processes
+_EXTRAS: dict[str, dict[str, Any]] = {
+    "prometheus": {"user": "root"},
+    "grafana": {"user": "root"},
+    "node_exporter": {"pid": "host"},
+}
 
 
 def cluster_project(ctx: RenderContext) -> str:
@@ -46,21 +54,17 @@ def node_project(ctx: RenderContext) -> str:
     return f"{ctx.layout.compose_project}-monitoring"
 
 
-def data_dir(ctx: RenderContext, service: str) -> str:
-    """Where a service keeps its data on the head: R/N/data/<service>."""
-    return ctx.layout.service_data(service)
+def compose_services(ctx: RenderContext, node: str | None = None) -> list[Service]:
+    """The services of the head's cluster/compose.yaml (`node` None: the proxy when it
+    has an image, Prometheus and Grafana), or of `node`'s monitoring.compose.yaml."""
+    if node is None:
+        return [s for s in ctx.services if s.container is not None and not s.per_node]
+    return [s for s in ctx.services_of(node) if s.container is not None and s.per_node]
 
 
 def cluster_services(ctx: RenderContext) -> list[str]:
-    """The head's services under Docker Compose: the proxy when it has an image, the
-    monitoring's Prometheus and Grafana."""
-    recipe = ctx.recipe
-    proxy = recipe.runs_proxy and recipe.proxy.image is not None
-    return [PROXY] * proxy + [PROMETHEUS, GRAFANA] * recipe.monitoring.enabled
-
-
-def _url(host: str, port: int, path: str) -> str:
-    return f"http://{host}:{port}{path}"
+    """The service names of the head's cluster/compose.yaml."""
+    return [s.slug for s in compose_services(ctx)]
 
 
 def _wget_check(url: str, start_period: str = "1m") -> dict[str, Any]:
@@ -74,116 +78,55 @@ def _wget_check(url: str, start_period: str = "1m") -> dict[str, Any]:
     }
 
 
-def _labels(ctx: RenderContext, service: str, node: str) -> dict[str, str]:
-    return {
-        "io.deskside.recipe": ctx.recipe.name,
-        "io.deskside.node": node,
-        "io.deskside.service": service,
-    }
+def _source(ctx: RenderContext, source: str) -> str:
+    """A mount's source as the Compose file names it: the cluster files relative to the
+    file (cluster/compose.yaml), so a release reads its own."""
+    cluster = ctx.service_site.cluster
+    if source.startswith(cluster + "/"):
+        return "./" + source.removeprefix(cluster + "/")
+    return source
 
 
-def _base(ctx: RenderContext, image: str, service: str, node: str) -> dict[str, Any]:
-    return {
-        "image": compose_string(image),
+def compose_service(ctx: RenderContext, s: Service) -> dict[str, Any]:
+    """The Compose service of `s` (which has an image): host network, restart unless
+    stopped, its command and mounts as the service table gives them, a healthcheck on its
+    readiness URL."""
+    c = s.container
+    assert c is not None  # compose_services: the service has an image
+    out: dict[str, Any] = {
+        "image": compose_string(c.image),
         "network_mode": "host",
         "restart": "unless-stopped",
-        "labels": _labels(ctx, service, node),
-    }
-
-
-def proxy_service(ctx: RenderContext) -> dict[str, Any]:
-    recipe = ctx.recipe
-    head = recipe.head
-    key, engine_env = master_key_path(ctx), ctx.layout.engine_env
-    assert recipe.proxy.image is not None  # cluster_services: the proxy has an image
-    return {
-        **_base(ctx, recipe.proxy.image, PROXY, head.name),
-        # run-proxy.sh reads both keys from their files and starts the image's `litellm`
-        "entrypoint": ["/bin/sh", f"{IN_CONTAINER}/litellm/run-proxy.sh", "litellm"],
-        "volumes": [
-            bind("./litellm", f"{IN_CONTAINER}/litellm", read_only=True),
-            bind(key, key, read_only=True),
-            bind(engine_env, engine_env, read_only=True),
-        ],
-        "healthcheck": python_check(
-            _url(head.address, recipe.proxy.port, "/health/liveliness"), "2m"
-        ),
-    }
-
-
-def prometheus_service(ctx: RenderContext) -> dict[str, Any]:
-    recipe = ctx.recipe
-    mon, head = recipe.monitoring, recipe.head
-    return {
-        **_base(ctx, mon.images.prometheus, PROMETHEUS, head.name),
-        "user": "root",
-        "command": [
-            f"--config.file={IN_CONTAINER}/prometheus/prometheus.yml",
-            "--storage.tsdb.path=/prometheus",
-            compose_string(f"--web.listen-address={head.address}:{mon.prometheus_port}"),
-        ],
-        "volumes": [
-            bind("./prometheus", f"{IN_CONTAINER}/prometheus", read_only=True),
-            bind(data_dir(ctx, PROMETHEUS), "/prometheus"),
-        ],
-        "healthcheck": _wget_check(_url(head.address, mon.prometheus_port, "/-/healthy")),
-    }
-
-
-def grafana_service(ctx: RenderContext) -> dict[str, Any]:
-    recipe = ctx.recipe
-    mon, head = recipe.monitoring, recipe.head
-    return {
-        **_base(ctx, mon.images.grafana, GRAFANA, head.name),
-        "user": "root",
-        "environment": {
-            "GF_SERVER_HTTP_ADDR": compose_string(head.address),
-            "GF_SERVER_HTTP_PORT": str(mon.grafana_port),
-            "GF_PATHS_PROVISIONING": f"{IN_CONTAINER}/grafana/provisioning",
-            # the nodes may have no way out: no update checks, no usage reports
-            "GF_ANALYTICS_REPORTING_ENABLED": "false",
-            "GF_ANALYTICS_CHECK_FOR_UPDATES": "false",
-            "GF_ANALYTICS_CHECK_FOR_PLUGIN_UPDATES": "false",
+        "labels": {
+            "io.deskside.recipe": ctx.recipe.name,
+            "io.deskside.node": s.node,
+            "io.deskside.service": s.slug,
         },
-        "volumes": [
-            bind("./grafana", f"{IN_CONTAINER}/grafana", read_only=True),
-            bind(data_dir(ctx, GRAFANA), "/var/lib/grafana"),
-        ],
-        "healthcheck": _wget_check(_url(head.address, mon.grafana_port, "/api/health")),
+        **_EXTRAS.get(s.name, {}),
     }
+    if c.entrypoint is not None:
+        out["entrypoint"] = [compose_string(a) for a in c.entrypoint]
+    if c.env:
+        out["environment"] = {name: compose_string(value) for name, value in c.env}
+    if c.command:
+        out["command"] = [compose_string(a) for a in c.command]
+    out["volumes"] = [
+        bind(_source(ctx, m.source), m.target, read_only=m.read_only, propagation=m.propagation)
+        for m in c.mounts
+    ]
+    # LiteLLM's image has python3, not wget
+    check = python_check(s.ready_url, "2m") if s.name == "proxy" else _wget_check(s.ready_url)
+    out["healthcheck"] = check
+    return out
 
 
 def cluster_compose_data(ctx: RenderContext) -> dict[str, Any]:
-    makers = {PROXY: proxy_service, PROMETHEUS: prometheus_service, GRAFANA: grafana_service}
     # no top-level `name:` (Compose v1.29 refuses it): every command passes --project-name
-    return {"services": {name: makers[name](ctx) for name in cluster_services(ctx)}}
+    return {"services": {s.slug: compose_service(ctx, s) for s in compose_services(ctx)}}
 
 
 def node_compose_data(ctx: RenderContext, node: str) -> dict[str, Any]:
-    recipe = ctx.recipe
-    mon = recipe.monitoring
-    address = next(n.address for n in recipe.cluster.nodes if n.name == node)
-    listen = f"{address}:{mon.node_exporter_port}"
-    service = {
-        **_base(ctx, mon.images.node_exporter, NODE_EXPORTER, node),
-        "pid": "host",
-        "command": [
-            "--path.rootfs=/host",
-            compose_string(f"--web.listen-address={listen}"),
-        ],
-        # the host's filesystems, read-only, for the filesystem and infiniband collectors
-        "volumes": [
-            {
-                "type": "bind",
-                "source": "/",
-                "target": "/host",
-                "read_only": True,
-                "bind": {"propagation": "rslave"},
-            }
-        ],
-        "healthcheck": _wget_check(_url(address, mon.node_exporter_port, "/metrics")),
-    }
-    return {"services": {NODE_EXPORTER: service}}
+    return {"services": {s.slug: compose_service(ctx, s) for s in compose_services(ctx, node)}}
 
 
 def render_cluster_compose(ctx: RenderContext) -> str:
@@ -228,7 +171,7 @@ def grafana_datasource(ctx: RenderContext) -> dict[str, Any]:
                 "uid": DATASOURCE_UID,
                 "type": "prometheus",
                 "access": "proxy",
-                "url": _url(recipe.head.address, recipe.monitoring.prometheus_port, ""),
+                "url": url(recipe.head.address, recipe.monitoring.prometheus_port),
                 "isDefault": True,
                 "editable": False,
                 "jsonData": {"timeInterval": recipe.monitoring.scrape_interval},

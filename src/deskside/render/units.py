@@ -18,53 +18,42 @@ configuration folders; the image has them).
 deskside's exporter always runs natively (`monitoring.deskside exporter ...`): it reads the
 node's sysfs, NVML and the engine's /metrics, which a container would have to be given one
 by one. It reads the recipe from `EXPORTER_RECIPE` in the node's current release.
+
+What each service runs, and whether it runs in its image, is the service table's
+(`deskside.engine.services`); this module adds what systemd needs (hardening, the node's
+network namespace).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deskside.exporter import series
+from deskside.engine.services import EXPORTER_RECIPE, Service
 from deskside.render.context import NodeContext, RenderContext
 from deskside.render.quote import systemd_command
 from deskside.render.services import (
     CLUSTER_COMPOSE,
-    GRAFANA,
     NODE_COMPOSE,
-    NODE_EXPORTER,
-    PROMETHEUS,
-    PROXY,
     cluster_project,
-    data_dir,
     node_project,
 )
 from deskside.render.templates import render_template
 
-EXPORTER = "exporter"
-EXPORTER_RECIPE = "recipe.yaml"
-"""The recipe the exporter reads on every node, in the node's bundle folder (R/N/current)."""
+__all__ = ["EXPORTER_RECIPE", "Unit", "service_units", "unit_name"]
 
 _HARDENING = ("NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectControlGroups=yes")
 HARDENING = {
-    PROXY: (*_HARDENING, "ProtectSystem=full"),
-    PROMETHEUS: (*_HARDENING, "ProtectSystem=full", "ProtectKernelTunables=yes"),
+    "proxy": (*_HARDENING, "ProtectSystem=full"),
+    "prometheus": (*_HARDENING, "ProtectSystem=full", "ProtectKernelTunables=yes"),
     # reads /proc and /sys, writes nothing
-    NODE_EXPORTER: (
+    "node_exporter": (
         *_HARDENING,
         "ProtectSystem=strict",
         "ProtectHome=read-only",
         "ProtectKernelTunables=yes",
     ),
     # reads sysfs and NVML (/dev/nvidia*: no PrivateDevices)
-    EXPORTER: (*_HARDENING, "ProtectSystem=full", "ProtectHome=read-only"),
-}
-
-WHAT = {
-    PROXY: "LiteLLM proxy",
-    PROMETHEUS: "Prometheus",
-    GRAFANA: "Grafana",
-    NODE_EXPORTER: "node_exporter",
-    EXPORTER: "deskside exporter",
+    "exporter": (*_HARDENING, "ProtectSystem=full", "ProtectHome=read-only"),
 }
 
 
@@ -80,97 +69,47 @@ def unit_name(ctx: RenderContext, service: str) -> str:
     return f"{ctx.layout.compose_project}-{service}.service"
 
 
-def _header(ctx: RenderContext, n: NodeContext, service: str) -> dict[str, str]:
+def _header(ctx: RenderContext, n: NodeContext, s: Service) -> dict[str, str]:
     return {
         "recipe_name": ctx.recipe.name,
         "recipe_file": ctx.recipe_file,
         "node_name": n.name,
-        "what": WHAT[service],
+        "what": s.what,
     }
 
 
-def _compose_unit(ctx: RenderContext, n: NodeContext, service: str) -> str:
-    if service in (PROXY, PROMETHEUS, GRAFANA):
-        project, file = cluster_project(ctx), f"{ctx.layout.current}/cluster/{CLUSTER_COMPOSE}"
-    else:
+def _compose_unit(ctx: RenderContext, n: NodeContext, s: Service) -> str:
+    if s.per_node:
         project, file = node_project(ctx), f"{ctx.layout.current}/{NODE_COMPOSE}"
+    else:
+        project, file = cluster_project(ctx), f"{ctx.layout.current}/cluster/{CLUSTER_COMPOSE}"
     return render_template(
         "compose-part.service.j2",
-        **_header(ctx, n, service),
-        service=service,
+        **_header(ctx, n, s),
+        service=s.slug,
         project=project,
-        up=systemd_command(ctx.compose(project, file, "up", "--detach", "--no-deps", service)),
-        down=systemd_command(ctx.compose(project, file, "rm", "--stop", "--force", service)),
+        up=systemd_command(ctx.compose(project, file, "up", "--detach", "--no-deps", s.slug)),
+        down=systemd_command(ctx.compose(project, file, "rm", "--stop", "--force", s.slug)),
     )
 
 
-def program_argv(ctx: RenderContext, n: NodeContext, service: str) -> list[str]:
-    """How `service` runs natively on node `n` (also what its unit starts)."""
-    recipe = ctx.recipe
-    mon = recipe.monitoring
-    current = ctx.layout.current
-    if service == PROXY:
-        return ["/bin/sh", f"{current}/cluster/litellm/run-proxy.sh"]
-    if service == PROMETHEUS:
-        return [
-            mon.prometheus,
-            f"--config.file={current}/cluster/prometheus/prometheus.yml",
-            f"--storage.tsdb.path={data_dir(ctx, PROMETHEUS)}",
-            f"--web.listen-address={recipe.head.address}:{mon.prometheus_port}",
-        ]
-    if service == NODE_EXPORTER:
-        return [
-            mon.node_exporter,
-            f"--web.listen-address={n.node.address}:{mon.node_exporter_port}",
-        ]
-    assert service == EXPORTER
-    return [
-        mon.deskside,
-        "exporter",
-        "--recipe",
-        f"{ctx.layout.current}/{EXPORTER_RECIPE}",
-        "--node",
-        n.name,
-        "--host",
-        n.node.address,
-        "--port",
-        str(series.EXPORTER_PORT),
-    ]
-
-
-def _program_unit(ctx: RenderContext, n: NodeContext, service: str) -> str:
+def _program_unit(ctx: RenderContext, n: NodeContext, s: Service) -> str:
     return render_template(
         "program.service.j2",
-        **_header(ctx, n, service),
-        start=systemd_command(program_argv(ctx, n, service)),
+        **_header(ctx, n, s),
+        start=systemd_command(list(s.argv)),
         netns=f"/run/netns/{n.node.netns}" if n.node.netns else None,
-        hardening=HARDENING[service],
+        hardening=HARDENING[s.name],
     )
-
-
-def node_services(ctx: RenderContext, n: NodeContext) -> list[str]:
-    """The services (besides the engine) node `n` runs, in a fixed order."""
-    recipe = ctx.recipe
-    head = n.node.role == "head"
-    out = [PROXY] if head and recipe.runs_proxy else []
-    if recipe.monitoring.enabled:
-        out += [PROMETHEUS, GRAFANA] if head else []
-        out += [NODE_EXPORTER, EXPORTER]
-    return out
 
 
 def service_units(ctx: RenderContext, n: NodeContext) -> list[Unit]:
-    """The units of node `n`'s services (none without runtime.systemd)."""
+    """The units of node `n`'s services (none without runtime.systemd): a service that
+    runs in its image brings its Compose service up; the others run their command."""
     if not ctx.recipe.runtime.systemd:
         return []
-    container = ctx.recipe.runtime.kind == "container"
     units = []
-    for service in node_services(ctx, n):
-        compose = service == GRAFANA or (
-            container
-            and service != EXPORTER
-            and not (service == PROXY and ctx.recipe.proxy.image is None)
-        )
-        make = _compose_unit if compose else _program_unit
-        units.append(Unit(n.name, service, unit_name(ctx, service), make(ctx, n, service)))
+    for s in ctx.services_of(n.name):
+        make = _compose_unit if s.in_container else _program_unit
+        units.append(Unit(n.name, s.slug, unit_name(ctx, s.slug), make(ctx, n, s)))
     return units

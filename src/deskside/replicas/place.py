@@ -41,10 +41,10 @@ def proxy_place(recipe: Recipe) -> ProxyPlace:
     if front.ssh is None:
         folder = runs_dir() / recipe.name / PROXY_FOLDER
         keys = secrets.secrets_dir(recipe.name)
-        master = recipe.proxy.master_key_file or str(keys / secrets.PROXY_MASTER_KEY)
+        master = secrets.master_key_file(recipe, keys)
         return ProxyPlace(None, str(folder), str(keys), master, str(folder))
     layout = NodeLayout.of(recipe)
-    master = recipe.proxy.master_key_file or f"{layout.secrets}/{secrets.PROXY_MASTER_KEY}"
+    master = secrets.master_key_file(recipe, layout.secrets)
     return ProxyPlace(
         front.name, f"{layout.recipe_dir}/{PROXY_FOLDER}", layout.secrets, master, layout.logs
     )

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from deskside.engine.launch import probe_url
+from deskside.engine.services import MASTER_KEY_ENV, Service, proxy_service
 from deskside.recipe.types import Recipe
+from deskside.render.proxy import Backend, litellm_config
 from deskside.render.serialize import comment_header, yaml_text
 
-MASTER_KEY_ENV = "LITELLM_MASTER_KEY"
+LOCAL_PROXY_HOST = "127.0.0.1"
 
 
 def key_env(group: str) -> str:
@@ -33,47 +35,62 @@ def backend_url(group_recipe: Recipe) -> str:
     return probe_url(group_recipe)
 
 
+def proxy_host(recipe: Recipe) -> str:
+    """Where the set's proxy listens: the first group's head, or this machine's loopback
+    when that head is a network namespace here."""
+    return LOCAL_PROXY_HOST if recipe.head.netns else recipe.head.address
+
+
+def set_proxy(
+    recipe: Recipe,
+    groups: Mapping[str, Recipe],
+    *,
+    node: str,
+    folder: str,
+    master_key: str,
+    keys_file: str,
+    litellm: str,
+) -> Service:
+    """The set's proxy as a service: run-proxy.sh in `folder` (this machine's, or the first
+    group's head's) with the master key and every group's engine key (`keys_file`)."""
+    return proxy_service(
+        recipe,
+        node=node,
+        host=proxy_host(recipe),
+        folder=folder,
+        litellm=litellm,
+        master_key=master_key,
+        keys_file=keys_file,
+        key_names=[key_env(group) for group in groups],
+        workdir=folder,
+    )
+
+
 def set_litellm_config(
     recipe: Recipe, groups: Mapping[str, Recipe], max_model_len: Mapping[str, int]
 ) -> dict[str, Any]:
     """LiteLLM's config for the set: one deployment per (served name, group)."""
     assert recipe.replicas is not None
     r = recipe.replicas
-    model_list = [
-        {
-            "model_name": name,
-            "litellm_params": {
-                # LiteLLM's vLLM provider: the part after the slash is the name sent to
-                # vLLM, which answers to every --served-model-name
-                "model": f"hosted_vllm/{name}",
-                "api_base": f"{backend_url(one)}/v1",
-                "api_key": f"os.environ/{key_env(group)}",
-                "timeout": r.timeout,
-            },
-            # the id names the group in LiteLLM's logs, health results and cooldowns
-            "model_info": {"id": f"{group}/{name}", "max_input_tokens": max_model_len[group]},
-        }
-        for name in recipe.model.all_names
+    backends = [
+        Backend(backend_url(one), key_env(group), max_model_len[group], group, r.timeout)
         for group, one in groups.items()
     ]
-    general: dict[str, Any] = {"master_key": f"os.environ/{MASTER_KEY_ENV}"}
+    general: dict[str, Any] = {}
     if r.health_check_interval:
         general |= {
             "background_health_checks": True,
             "health_check_interval": r.health_check_interval,
         }
-    return {
-        "model_list": model_list,
-        "router_settings": {
-            "routing_strategy": r.routing_strategy,
-            "num_retries": r.num_retries,
-            "allowed_fails": r.allowed_fails,
-            "cooldown_time": r.cooldown_time,
-            "timeout": r.timeout,
-            "enable_health_check_routing": bool(r.health_check_interval),
-        },
-        "general_settings": general,
+    router = {
+        "routing_strategy": r.routing_strategy,
+        "num_retries": r.num_retries,
+        "allowed_fails": r.allowed_fails,
+        "cooldown_time": r.cooldown_time,
+        "timeout": r.timeout,
+        "enable_health_check_routing": bool(r.health_check_interval),
     }
+    return litellm_config(recipe.model.all_names, backends, router, general)
 
 
 def render_set_config(
@@ -96,10 +113,13 @@ def engines_env_text(keys: Mapping[str, str]) -> bytes:
 
 
 __all__ = [
+    "LOCAL_PROXY_HOST",
     "MASTER_KEY_ENV",
     "backend_url",
     "engines_env_text",
     "key_env",
+    "proxy_host",
     "render_set_config",
     "set_litellm_config",
+    "set_proxy",
 ]

@@ -24,7 +24,7 @@ from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
 from deskside.replicas.groups import group_recipes
 from deskside.replicas.place import proxy_place, proxy_transport, recorded_transport
-from deskside.replicas.proxy import engines_env_text
+from deskside.replicas.proxy import engines_env_text, set_proxy
 from deskside.replicas.records import ProxyProcess, SetRecord, load_set, remove_set, save_set
 from deskside.replicas.render import proxy_files, proxy_url
 from deskside.runtime import node_sh
@@ -228,10 +228,18 @@ class SetStart:
         tag = f"{recipe.name}/proxy/{started:%Y%m%d%H%M%S}/proxy"
         log = f"{place.logs}/proxy-{stamp(started)}.log"
         program = (litellm_program(recipe) if place.node is None else None) or recipe.proxy.litellm
-        argv = ["sh", f"{place.folder}/run-proxy.sh", place.master_key, place.engines_env, program]
+        proxy = set_proxy(
+            recipe,
+            self.groups,
+            node=place.node or recipe.head.name,
+            folder=place.folder,
+            master_key=place.master_key,
+            keys_file=place.engines_env,
+            litellm=program,
+        )
         where = place.node or "this machine"
         self.say(f"starting the LiteLLM proxy on {where}: {self.report.proxy_url}")
-        pid = t.spawn(argv, env={node_sh.RUN_TAG: tag}, log_path=log, cwd=place.folder)
+        pid = t.spawn(list(proxy.argv), env={node_sh.RUN_TAG: tag}, log_path=log, cwd=proxy.workdir)
         start = node_sh.parse_proc_start(t.run(node_sh.proc_start(pid)).stdout)
         self.record.proxy = ProxyProcess(pid=pid, pid_start=start, run_tag=tag, log=log)
         save_set(self.record)

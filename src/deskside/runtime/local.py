@@ -27,6 +27,7 @@ import httpx
 from deskside import localnet, secrets
 from deskside.doctor.match import must_match, refusal, refusal_text
 from deskside.engine.launch import NodeLaunch, Site, launches
+from deskside.engine.services import Service, services
 from deskside.errors import DesksideError, PlanRefused
 from deskside.home import runs_dir
 from deskside.layout import NodeLayout
@@ -55,13 +56,7 @@ from deskside.runtime.records import (
     save_run,
 )
 from deskside.runtime.service_start import wait_services, write_service_files
-from deskside.runtime.services import (
-    ServiceFiles,
-    ServiceLaunch,
-    missing,
-    service_launches,
-    with_env_file,
-)
+from deskside.runtime.services import local_site, missing, with_env_file
 from deskside.runtime.status import RunCommands, down, status
 from deskside.runtime.transports import HERE
 from deskside.transport.base import Transport
@@ -147,17 +142,8 @@ class LocalStart:
         self.existing: set[str] = set()
         self.python = python
         self.skip: list[str] = []  # enabled services left out (options.skip_missing_services)
-        key_dir = secrets.secrets_dir(recipe.name)
-        self.files = ServiceFiles(
-            cluster=run_dir / "cluster",
-            prometheus_data=run_dir / "prometheus-data",
-            recipe=run_dir / "cluster" / "recipe.yaml",
-            master_key=Path(recipe.proxy.master_key_file)
-            if recipe.proxy.master_key_file
-            else key_dir / secrets.PROXY_MASTER_KEY,
-            engine_env=secrets.engine_env_path(recipe.name),
-            state_dirs={name: la.recipe_dir for name, la in self.layouts.items()},
-        )
+        self.service_site = local_site(recipe, run_dir, python)
+        self.service_table = services(recipe, self.service_site)
         if recipe.runs_proxy:
             port = recipe.proxy.port
             self.report.proxy_url = self.record.proxy_url = f"http://{recipe.head.address}:{port}"
@@ -186,7 +172,7 @@ class LocalStart:
                 f"model folder {self.site.model} has no config.json",
                 hint=f"create it: deskside model tiny --arch deepseek-v3 --out {self.site.model}",
             )
-        for name, hint in missing(recipe):
+        for name, hint in missing(recipe, self.service_table):
             if not self.options.skip_missing_services:
                 raise DesksideError(f"{name} is enabled but not installed here", hint=hint)
             self.skip.append(name)
@@ -267,7 +253,7 @@ class LocalStart:
         control = Control(kind="process", runtime="native", layout=layout)
         argv = la.argv
         if la.role == "head" and self._behind_proxy:
-            argv = with_env_file(argv, str(self.files.engine_env))
+            argv = with_env_file(argv, self.service_site.engine_env)
         return control.start_ops(
             la.node,
             state,
@@ -288,7 +274,8 @@ class LocalStart:
     def start(self) -> Outcome:
         ops: list[Op] = [Local(f"record the run in {runs_dir() / self.recipe.name}", self._save)]
         if self._behind_proxy:
-            ops.insert(0, Local(f"the engine key in {self.files.engine_env}", self._engine_key))
+            key = self.service_site.engine_env
+            ops.insert(0, Local(f"the engine key in {key}", self._engine_key))
         for la in self.launches:
             ops += self._start_ops(la)
 
@@ -327,11 +314,13 @@ class LocalStart:
         return Outcome(f"API {self.api_url} serves {', '.join(self.report.served_names)}")
 
     def services(self) -> Outcome:
-        launches = service_launches(self.recipe, self.files, self.python, self.skip)
+        # natively, every service with a command line (Grafana runs only in its image)
+        launches = [s for s in self.service_table if s.argv and s.name not in self.skip]
         if not launches:
             return Outcome("no proxy or monitoring enabled", skipped=True)
         started = self.now()
-        ops: list[Op] = [Local(f"write the services' files in {self.files.cluster}", self._files)]
+        where = self.service_site.cluster
+        ops: list[Op] = [Local(f"write the services' files in {where}", self._files)]
         for sl in launches:
             layout = self.layouts[sl.node]
             tag = f"{self.recipe.name}/{sl.node}/{started:%Y%m%d%H%M%S}/{sl.name}"
@@ -341,10 +330,10 @@ class LocalStart:
                     sl.argv,
                     ((node_sh.RUN_TAG, tag),),
                     layout.service_log("local", stamp(started), sl.name),
-                    str(self.run_dir),
+                    sl.workdir,
                     f"{sl.what} on {sl.node}",
                     layout,
-                    sl.name,  # type: ignore[arg-type]  # service_launches makes ServiceNames only
+                    sl.name,  # type: ignore[arg-type]  # with a command line: a ServiceName
                     None,
                 )
             )
@@ -353,7 +342,7 @@ class LocalStart:
             return Outcome(names, ops, planned=[(sl.node, sl.ready_url) for sl in launches])
         return Outcome(names, ops, after=lambda done: self._services_ready(launches, done))
 
-    def _services_ready(self, launches: list[ServiceLaunch], done: Executed) -> None:
+    def _services_ready(self, launches: list[Service], done: Executed) -> None:
         wait_services(
             launches,
             done,
@@ -380,7 +369,9 @@ class LocalStart:
             )
         headers = self._engine_auth()
         if via is not None:
-            key = secrets.read_secret(self.files.master_key, secrets.PROXY_MASTER_KEY)
+            key = secrets.read_secret(
+                secrets.master_key_here(self.recipe), secrets.PROXY_MASTER_KEY
+            )
             headers = {"Authorization": f"Bearer {key.reveal()}"}
         client = httpx.Client(
             transport=self.options.http_transport,
@@ -398,7 +389,7 @@ class LocalStart:
         secrets.engine_api_key(self.recipe.name)  # made once, 0600
 
     def _files(self) -> None:
-        write_service_files(self.recipe, self.recipe_path, self.plan, self.files)
+        write_service_files(self.recipe, self.recipe_path, self.plan, self.service_site)
         if self._behind_proxy and not self.recipe.proxy.master_key_file:
             secrets.proxy_master_key(self.recipe.name)  # made once, 0600
 

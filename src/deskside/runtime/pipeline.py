@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from deskside.errors import DesksideError
-from deskside.lock import HostDiff
+from deskside.render.lock import HostDiff
 from deskside.runtime.ops import Executed, Op, execute, execute_waves, transcript_lines
 from deskside.transport.base import Transport
 

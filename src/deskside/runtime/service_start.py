@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from deskside.engine.services import PROXY_CONFIG, PROXY_SCRIPT, Service, ServiceSite
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
@@ -19,11 +20,10 @@ from deskside.render.bundle import CLUSTER_DIR
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.ops import Executed
-from deskside.runtime.services import ServiceFiles, ServiceLaunch
 from deskside.safefs import make_dirs, write_file
 from deskside.transport.base import Transport
 
-SERVICE_FILES = ("prometheus/", "litellm/config.yaml")
+SERVICE_FILES = ("prometheus/", f"litellm/{PROXY_CONFIG}", f"litellm/{PROXY_SCRIPT}")
 """The rendered cluster files a run on this machine uses (the rest is for deployed nodes)."""
 
 
@@ -34,15 +34,18 @@ def recipe_as_run(recipe: Recipe) -> bytes:
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
-def write_service_files(recipe: Recipe, recipe_path: Path, plan: Plan, files: ServiceFiles) -> None:
+def write_service_files(recipe: Recipe, recipe_path: Path, plan: Plan, site: ServiceSite) -> None:
+    """The rendered Prometheus and LiteLLM files in the site's cluster folder, the recipe as
+    run where the exporters read it, Prometheus's data folder."""
     bundle = render(recipe, recipe_path, plan)
     prefix = CLUSTER_DIR + "/"
     for path, data in bundle.items():
         rel = path.removeprefix(prefix)
         if path.startswith(prefix) and rel.startswith(SERVICE_FILES):
-            write_file(files.cluster / rel, data, 0o644)
-    write_file(files.recipe, recipe_as_run(recipe), 0o644)
-    make_dirs(files.prometheus_data)
+            write_file(Path(site.cluster) / rel, data, bundle.mode(path))
+    write_file(Path(site.exporter_recipe), recipe_as_run(recipe), 0o644)
+    if recipe.monitoring.enabled:
+        make_dirs(Path(site.data["prometheus"]))
 
 
 def _tail(t: Transport, log: str) -> str:
@@ -51,7 +54,7 @@ def _tail(t: Transport, log: str) -> str:
 
 
 def wait_services(
-    launches: list[ServiceLaunch],
+    launches: list[Service],
     done: Executed,
     transports: Mapping[str, Transport],
     layouts: Mapping[str, NodeLayout],

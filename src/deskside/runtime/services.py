@@ -1,26 +1,28 @@
-"""The services a run on this machine starts beside its engines, as processes: the LiteLLM
-proxy on the head (`proxy.enabled`), and with `monitoring.enabled` Prometheus on the head,
-node_exporter and deskside's exporter on every node — each in its node's network namespace,
-listening on the node's address, so Prometheus scrapes exactly the targets of the rendered
-configuration.
+"""The services a run on this machine starts beside its engines, as processes: the service
+table's (`deskside.engine.services`) for this machine — the LiteLLM proxy on the head
+(`proxy.enabled`), with `monitoring.enabled` Prometheus on the head, node_exporter and
+deskside's exporter on every node, and `deskside watch` (`survive.watch`) — each in its
+node's network namespace, listening on the node's address, so Prometheus scrapes exactly
+the targets of the rendered configuration.
 
-Pure: which programs, argv, environment and readiness URL; `deskside.runtime.local` spawns
-them (pid, start time and run tag recorded like the engine's) and `down` stops them.
-Secrets never appear in an argv or an environment listing: the proxy's keys are read from
-their 0600 files by a small shell prologue at start.
+Here: where such a run keeps its services' files (`local_site`), which LiteLLM program it
+runs, and which enabled services are not installed. `deskside.runtime.local` spawns them
+(pid, start time and run tag recorded like the engine's) and `down` stops them. Secrets
+never appear in an argv or an environment listing: the proxy's run-proxy.sh and the head
+engine's prologue read them from their 0600 files at start.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
-from deskside.exporter.series import EXPORTER_PORT
+from deskside import secrets
+from deskside.engine.services import Service, ServiceSite
 from deskside.home import deskside_home
-from deskside.recipe.types import Node, Recipe
+from deskside.recipe.types import Recipe
 
 LITELLM_ENV = "DESKSIDE_LITELLM"
 """An explicit LiteLLM program for runs on this machine (wins over the PATH and the
@@ -29,73 +31,24 @@ virtualenv `deskside proxy install` makes)."""
 MANAGED_PROXY_DIR = "litellm"
 """`deskside proxy install` puts its virtualenv in $DESKSIDE_HOME/litellm."""
 
-
-def programs(recipe: Recipe, service: str) -> tuple[str, ...]:
-    """The programs that may run `service` here: the recipe's, then upstream's name
-    (Debian and Ubuntu call node_exporter prometheus-node-exporter)."""
-    mon = recipe.monitoring
-    if service == "prometheus":
-        return (mon.prometheus,)
-    if service == "node_exporter":
-        return tuple(dict.fromkeys((mon.node_exporter, "node_exporter")))
-    return ()
-
-
 INSTALL_HINTS: dict[str, str] = {
-    "prometheus": "install Prometheus (Debian/Ubuntu: apt install prometheus), or set "
-    "monitoring.enabled: false",
+    "prometheus": "install Prometheus (Debian/Ubuntu: apt install prometheus) or name its "
+    "program in monitoring.prometheus, or set monitoring.enabled: false",
     "node_exporter": "install node_exporter (Debian/Ubuntu: apt install "
-    "prometheus-node-exporter), or set monitoring.enabled: false",
+    "prometheus-node-exporter) or name its program in monitoring.node_exporter (upstream's "
+    "release: node_exporter), or set monitoring.enabled: false",
     "proxy": "install the pinned LiteLLM proxy: deskside proxy install (or set "
     "proxy.enabled: false)",
 }
 
-# The proxy's start: keys from their files (never in argv or a listed environment), then
-# exec LiteLLM. $1 master key file, $2 engine env file, $3.. the LiteLLM argv.
-PROXY_PROLOGUE = (
-    "set -eu; "
-    'LITELLM_MASTER_KEY=$(cat "$1"); export LITELLM_MASTER_KEY; '
-    'set -a; . "$2"; set +a; '
-    "LITELLM_LOCAL_MODEL_COST_MAP=True; export LITELLM_LOCAL_MODEL_COST_MAP; "
-    'shift 2; exec "$@"'
-)
-
 # The head engine's start behind a proxy: its key from the 0600 env file, then exec.
 ENV_FILE_PROLOGUE = 'set -a; . "$1"; set +a; shift; exec "$@"'
-
-
-@dataclass(frozen=True)
-class ServiceLaunch:
-    """How one service starts on one node, and the URL that answers 200 once it is up."""
-
-    name: str  # a ServiceName, or grafana (never a recorded process)
-    node: str
-    argv: tuple[str, ...]
-    ready_url: str  # "" when the service serves nothing (up while it runs)
-    what: str
-
-
-@dataclass(frozen=True)
-class ServiceFiles:
-    """Where a run on this machine keeps its services' files."""
-
-    cluster: Path  # the rendered cluster/ folder (Prometheus config and rules, LiteLLM config)
-    prometheus_data: Path
-    recipe: Path  # the recipe as this run uses it, for the exporters
-    master_key: Path
-    engine_env: Path
-    state_dirs: Mapping[str, str] = field(default_factory=dict)  # node: its state folder
 
 
 def with_env_file(argv: Sequence[str], env_file: str) -> tuple[str, ...]:
     """`argv` started with the variables of `env_file` (a `NAME=value` file) in its
     environment; the session leader execs into `argv`, so its pid stays the one recorded."""
     return ("sh", "-c", ENV_FILE_PROLOGUE, "deskside-engine", env_file, *argv)
-
-
-def find_program(candidates: Sequence[str]) -> str | None:
-    """The first of `candidates` on the PATH, by name (the PATH finds it again at start)."""
-    return next((name for name in candidates if shutil.which(name)), None)
 
 
 def litellm_program(recipe: Recipe) -> str | None:
@@ -114,133 +67,29 @@ def litellm_program(recipe: Recipe) -> str | None:
     return str(managed) if os.access(managed, os.X_OK) else None
 
 
-def wanted(recipe: Recipe) -> list[str]:
-    """The services the recipe enables (proxy, prometheus, node_exporter, exporter)."""
-    out = ["proxy"] if recipe.runs_proxy else []
-    if recipe.monitoring.enabled:
-        out += ["prometheus", "node_exporter", "exporter"]
-    if recipe.survive.watch:
-        out.append("watch")
-    return out
+def local_site(recipe: Recipe, run_dir: Path, python: str) -> ServiceSite:
+    """Where a run on this machine keeps its services' files (under `run_dir`, its keys in
+    $DESKSIDE_HOME/secrets/<recipe>), and the programs it runs them with."""
+    return ServiceSite.this_machine(
+        recipe,
+        str(run_dir),
+        str(secrets.secrets_dir(recipe.name)),
+        python,
+        litellm_program(recipe) or recipe.proxy.litellm,
+    )
 
 
-def missing(recipe: Recipe) -> list[tuple[str, str]]:
-    """(service, how to install it) for every enabled service whose program is missing."""
-
-    def installed(name: str) -> bool:
-        if name == "proxy":
-            return litellm_program(recipe) is not None
-        return not programs(recipe, name) or find_program(programs(recipe, name)) is not None
-
-    return [(name, INSTALL_HINTS[name]) for name in wanted(recipe) if not installed(name)]
-
-
-def ready_url(recipe: Recipe, node: Node, service: str) -> str:
-    """The URL that answers 200 once `service` (a ServiceName, or grafana) runs on `node`
-    (none for `watch`, which serves nothing: it is up while it runs)."""
-    mon, head = recipe.monitoring, recipe.head.address
-    host, port, path = {
-        "proxy": (head, recipe.proxy.port, "/health/liveliness"),
-        "prometheus": (head, mon.prometheus_port, "/-/ready"),
-        "grafana": (head, mon.grafana_port, "/api/health"),
-        "node_exporter": (node.address, mon.node_exporter_port, "/metrics"),
-        "exporter": (node.address, EXPORTER_PORT, "/metrics"),
-    }[service]
-    return f"http://{host}:{port}{path}"
-
-
-def service_launches(
-    recipe: Recipe, files: ServiceFiles, python: str, skip: Sequence[str] = ()
-) -> list[ServiceLaunch]:
-    """Every enabled service of the run (minus `skip`), head's first."""
-    head: Node = recipe.head
-    out: list[ServiceLaunch] = []
-    names = [n for n in wanted(recipe) if n not in skip]
-    if "proxy" in names:
-        program = litellm_program(recipe) or recipe.proxy.litellm
-        port = recipe.proxy.port
-        argv: tuple[str, ...] = (
-            "sh",
-            "-c",
-            PROXY_PROLOGUE,
-            "deskside-proxy",
-            str(files.master_key),
-            str(files.engine_env),
-            program,
-            "--config",
-            str(files.cluster / "litellm" / "config.yaml"),
-            "--host",
-            head.address,
-            "--port",
-            str(port),
-        )
-        out.append(
-            ServiceLaunch(
-                "proxy",
-                head.name,
-                argv,
-                ready_url(recipe, head, "proxy"),
-                "starting the LiteLLM proxy",
-            )
-        )
-    mon = recipe.monitoring
-    if "prometheus" in names:
-        program = find_program(programs(recipe, "prometheus")) or recipe.monitoring.prometheus
-        argv = (
-            program,
-            f"--config.file={files.cluster / 'prometheus' / 'prometheus.yml'}",
-            f"--storage.tsdb.path={files.prometheus_data}",
-            f"--web.listen-address={head.address}:{mon.prometheus_port}",
-        )
-        out.append(
-            ServiceLaunch(
-                "prometheus",
-                head.name,
-                argv,
-                ready_url(recipe, head, "prometheus"),
-                "starting Prometheus",
-            )
-        )
-    for node in recipe.cluster.nodes:
-        if "node_exporter" in names:
-            program = find_program(programs(recipe, "node_exporter")) or mon.node_exporter
-            address = f"{node.address}:{mon.node_exporter_port}"
-            out.append(
-                ServiceLaunch(
-                    "node_exporter",
-                    node.name,
-                    (program, f"--web.listen-address={address}"),
-                    ready_url(recipe, node, "node_exporter"),
-                    "starting node_exporter",
-                )
-            )
-        if "exporter" in names:
-            argv = (
-                python,
-                "-m",
-                "deskside.cli",
-                "exporter",
-                "--recipe",
-                str(files.recipe),
-                "--node",
-                node.name,
-                "--host",
-                node.address,
-                "--port",
-                str(EXPORTER_PORT),
-            )
-            if node.name in files.state_dirs:  # the guard's stop reads the node's state
-                argv += ("--state-dir", files.state_dirs[node.name])
-            out.append(
-                ServiceLaunch(
-                    "exporter",
-                    node.name,
-                    argv,
-                    ready_url(recipe, node, "exporter"),
-                    "starting deskside's exporter",
-                )
-            )
-    if "watch" in names:
-        argv = (python, "-m", "deskside.cli", "watch", "--recipe", recipe.name)
-        out.append(ServiceLaunch("watch", head.name, argv, "", "starting deskside watch"))
+def missing(recipe: Recipe, table: Sequence[Service]) -> list[tuple[str, str]]:
+    """(service, how to install it) for every service of `table` whose program is not
+    here: LiteLLM (`litellm_program`), Prometheus and node_exporter on the PATH."""
+    out: list[tuple[str, str]] = []
+    for s in table:
+        if s.name == "proxy":
+            installed = litellm_program(recipe) is not None
+        elif s.name in ("prometheus", "node_exporter"):
+            installed = shutil.which(s.program) is not None
+        else:
+            continue  # deskside's own CLI, under this Python
+        if not installed and s.name not in (name for name, _ in out):
+            out.append((s.name, INSTALL_HINTS[s.name]))
     return out

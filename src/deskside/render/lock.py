@@ -1,4 +1,4 @@
-"""`deskside.lock`: what a rendered bundle pins, and the sha256 of every file in it.
+"""`deskside.render.lock`: what a rendered bundle pins, and the sha256 of every file in it.
 
 Written by `render()` as `cluster/deskside.lock` (JSON, sorted keys, no timestamps): the
 image digest, the model revision, the deskside and vLLM versions, every node's resolved
