@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deskside.facts.base import gather
+from deskside.facts.base import Unread, gather
 from deskside.facts.cgroup import (
     CgroupMemory,
     layout_of,
@@ -87,8 +87,9 @@ def test_the_fact_and_the_reader_agree_on_this_machine() -> None:
         (PROC / "gb10-head" / "meminfo").read_text()
     )
     assert read_meminfo(LOCAL, "/nonexistent") is None
-    unread = gather(LOCAL, meminfo("/nonexistent")).result(fact)
-    assert not isinstance(unread, MemInfo)
+    gone = meminfo("/nonexistent")
+    unread = gather(LOCAL, gone).result(gone)
+    assert isinstance(unread, Unread) and unread.reason == "exited with status 1"
 
 
 # -- cgroup parsers

@@ -209,7 +209,7 @@ def check_node(
     login = node.ssh.user if node.ssh else "this user"
     for unread in facts.unread:
         problem(
-            f"could not read {unread.fact.replace('_', ' ')} on {name}: {unread.reason}",
+            f"could not read {unread.fact.replace('_', ' ', 1)} on {name}: {unread.reason}",
             "check that sh and the usual tools (coreutils, awk) work on the node for "
             "the login user",
         )

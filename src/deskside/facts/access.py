@@ -80,4 +80,4 @@ def file_access(path: str) -> Fact[FileAccess]:
             raise FactError("no owner")
         return FileAccess(path, int(mode, 8), int(owner))
 
-    return Fact("file_access", FILE_SH, parse, args=(path,), cap=4096)
+    return Fact(f"file_access {path}", FILE_SH, parse, args=(path,), cap=4096)

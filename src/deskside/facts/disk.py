@@ -74,4 +74,4 @@ def parse_held(text: str) -> int:
 
 def held_bytes(folder: str) -> Fact[int]:
     """The bytes `folder` holds (0 when it does not exist)."""
-    return Fact("held_bytes", HELD_SH, parse_held, args=(folder,), cap=4096)
+    return Fact(f"held_bytes {folder}", HELD_SH, parse_held, args=(folder,), cap=4096)

@@ -64,9 +64,9 @@ def _meminfo_fact(text: str) -> MemInfo:
 
 
 def meminfo(proc_root: str = "/proc") -> Fact[MemInfo]:
-    return Fact(
-        "meminfo", 'exec cat -- "$1/meminfo"', _meminfo_fact, args=(proc_root,), cap=MEMINFO_CAP
-    )
+    name = "meminfo" if proc_root == "/proc" else f"meminfo {proc_root}"
+    script = 'exec cat -- "$1/meminfo"'
+    return Fact(name, script, _meminfo_fact, args=(proc_root,), cap=MEMINFO_CAP)
 
 
 def read_meminfo(t: Transport, proc_root: str = "/proc") -> MemInfo | None:

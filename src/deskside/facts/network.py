@@ -83,9 +83,11 @@ def parse_links(text: str) -> dict[str, Link]:
 
 
 def links(interface: str | None = None) -> Fact[dict[str, Link]]:
-    """Every interface, or only `interface` (the fact is unread when it does not exist)."""
+    """Every interface, or only `interface` (the fact is unread when it does not exist).
+    Facts of different interfaces have different names: one round trip may read several."""
     script = 'if [ -n "$1" ]; then exec ip -j addr show dev "$1"; fi; exec ip -j addr show'
-    return Fact("links", script, parse_links, args=(interface or "",))
+    name = f"links {interface}" if interface else "links"
+    return Fact(name, script, parse_links, args=(interface or "",))
 
 
 def interface_for_address(found: dict[str, Link], address: str) -> str | None:
