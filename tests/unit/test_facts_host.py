@@ -200,3 +200,37 @@ def test_any_clock_text_parses_or_is_refused(text: str) -> None:
     except FactError:
         return
     assert got.time == got.time
+
+
+# -- model folder
+
+
+def test_a_snapshot_listing_with_hostile_lines() -> None:
+    from deskside.facts.model_folder import parse_snapshot
+
+    text = (
+        "snapshot=present\n"
+        "link\tconfig.json\t../../blobs/abc\n"
+        "link\tsub/tok.json\t../../../blobs/def\n"
+        "link\tevil.json\t/etc/passwd\n"
+        "file\tconfig.json\t10\t1700000000.5\t1700000001.25\t42\n"
+        "file\tsub/tok.json\t20\t1700000000\t1700000000\t43\n"
+        "file\tevil.json\t30\t1\t1\t44\n"
+        "file\tbad.json\tx\t1\t1\t1\n"  # not a size: skipped
+        "file\ttime.json\t1\t-5\t1\t1\n"  # not a time: skipped
+        "record\t" + "[" * 10_000 + "\n"  # nested beyond reason: no record
+        "junk\n"
+    )
+    got = parse_snapshot(text)
+    assert got.present and got.foreign == ["evil.json"]
+    assert got.files == {
+        "config.json": (10, 1_700_000_000_500_000_000, 1_700_000_001_250_000_000, 42),
+        "sub/tok.json": (20, 1_700_000_000 * 10**9, 1_700_000_000 * 10**9, 43),
+    }
+    assert got.record == {}
+    record = 'record\t{"files": {"config.json": {"sha256": "ab"}}}\n'
+    assert parse_snapshot("snapshot=present\n" + record).record == {"config.json": {"sha256": "ab"}}
+    assert parse_snapshot('snapshot=present\nrecord\t{"files": []}\n').record == {}
+    assert not parse_snapshot("snapshot=absent\n").present
+    with pytest.raises(FactError):
+        parse_snapshot("what is this\n")

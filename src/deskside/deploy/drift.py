@@ -22,7 +22,15 @@ from deskside.fabric.nccl import fabric_envs
 from deskside.facts.base import Fact, Gathered, Unread, gather
 from deskside.facts.clock import NodeClock
 from deskside.facts.clock import clock as clock_fact
-from deskside.facts.drift import Difference, NodeShared, Shared, measured, refusal, shared
+from deskside.facts.drift import (
+    Difference,
+    NodeShared,
+    Shared,
+    compare,
+    measured,
+    refusal,
+    shared,
+)
 from deskside.facts.network import Link, interface_for_address, links
 from deskside.facts.versions import HostVersions, NcclSearch, host_versions
 from deskside.lock import image_digest
@@ -105,18 +113,19 @@ def read_node(
     t: Transport,
     facts: DriftFacts,
     clock: Callable[[], float] = time.time,
-    *,
-    more: Sequence[Fact[Any]] = (),
-) -> tuple[Gathered, NodeShared] | Difference:
-    """`facts` and `more` on `node` in one round trip, and the node's values; an
-    `unreachable` difference when the node cannot be read."""
+) -> NodeShared | Difference:
+    """`facts` on `node` in one round trip, and the node's values; an `unreachable`
+    difference when the node cannot be read, or its versions cannot."""
     try:
         sent = clock()
-        got = gather(t, *facts.all(), *more, timeout=TIMEOUT)
+        got = gather(t, *facts.all(), timeout=TIMEOUT)
         received = clock()
     except DesksideError as exc:
         return unreadable(node.name, exc.message, exc.hint)
-    return got, shared_of(recipe, node, got, facts, sent, received)
+    versions = got.result(facts.versions)
+    if isinstance(versions, Unread):
+        return unreadable(node.name, f"its versions: {versions.reason}")
+    return shared_of(recipe, node, got, facts, sent, received)
 
 
 def shared_of(
@@ -138,8 +147,6 @@ def must_match(
 ) -> list[Difference]:
     """Read every node (in parallel) and compare; a node that cannot be read is a problem
     naming it. One node: nothing to compare."""
-    from deskside.facts.drift import compare
-
     nodes = recipe.cluster.nodes
     if len(nodes) < 2:
         return []
@@ -149,13 +156,7 @@ def must_match(
     def read(node: Node) -> NodeShared | Difference:
         env = node_env(recipe, node, site, envs[node.name])
         facts = drift_facts(recipe, node, env, site.python)
-        got = read_node(recipe, node, transports[node.name], facts, clock)
-        if isinstance(got, Difference):
-            return got
-        versions = got[0].result(facts.versions)
-        if isinstance(versions, Unread):
-            return unreadable(node.name, f"its versions: {versions.reason}")
-        return got[1]
+        return read_node(recipe, node, transports[node.name], facts, clock)
 
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         results = list(pool.map(read, nodes))
