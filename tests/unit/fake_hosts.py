@@ -12,19 +12,76 @@ from pathlib import PurePosixPath
 
 import httpx
 
-from deskside.deploy import preflight as pf
 from deskside.deploy import releases as rel
+from deskside.facts import access, clock, disk, network, programs, versions
 from deskside.layout import STATE_FILE
 from deskside.runtime import node_sh
 from deskside.runtime.records import STATE_READ_SH
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
+from .fact_answers import answer_round_trip
+
 BAD_FLAG = "--no-such-flag"
+# a node's facts as `key=value` lines (`fact_answer` answers each fact from them)
 GOOD_FACTS = (
     "uid=0\nexisting=/\nwritable=1\ndisk_free_kib=100000000\n"
-    "python=3.11.7\nvllm=0.32.0\ndeskside=1\nprogram=g++\n"
+    "kernel=6.8.0-49-generic\npython=3.11.7\nvllm=0.32.0\ndeskside=1\nprogram=g++\n"
 )
+VERSION_KEYS = {
+    "kernel",
+    "python",
+    "python_missing",
+    "python_broken",
+    "vllm",
+    "deskside",
+    "deskside_version",
+    "nccl_version",
+    "nccl_wheel",
+    "cuda",
+    "driver_proc",
+    "smi_driver",
+    "smi_cuda",
+}
+NCCL_KEYS = {"nccl", "nccl_file", "nccl_sha256", "nccl_unreadable"}
+
+
+def fact_answer(facts: str, fact_argv: list[str]) -> Result | None:
+    """A fact's answer on a node whose facts are the `key=value` lines `facts`."""
+    lines = [line.partition("=") for line in facts.splitlines()]
+    values = {k: v for k, _, v in lines}
+    script, args = fact_argv[2], fact_argv[4:]
+
+    def keep(keys: set[str]) -> str:
+        return "".join(f"{k}={v}\n" for k, _, v in lines if k in keys)
+
+    if script == access.LOGIN_SH:
+        return Result(0, keep({"uid", "sudo", "systemd"}), "")
+    if script == disk.SPACE_SH:
+        row = (
+            f"writable={values.get('writable', '0')} free_kib={values.get('disk_free_kib', '')} "
+            f"existing={values.get('existing', '/')}"
+        )
+        return Result(0, "".join(f"{i} {row}\n" for i in range(len(args))), "")
+    if script == network.LISTENING_SH:
+        return Result(0, "".join(f"{v}\n" for k, _, v in lines if k == "listen"), "")
+    if script == programs.PROGRAMS_SH:
+        return Result(0, "".join(f"{v}\n" for k, _, v in lines if k == "program"), "")
+    if script == programs.DOCKER_SH:
+        return Result(0, keep({"docker", "compose"}), "")
+    if script == access.FILE_SH:
+        if values.get("key_mode", "missing") == "missing":
+            return Result(0, "missing\n", "")
+        owner = values.get("key_owner", values.get("uid", "0"))
+        return Result(0, f"mode={values['key_mode']} owner={owner}\n", "")
+    if script == versions.VERSIONS_SH:
+        nccl = keep(NCCL_KEYS) if args[2] != "-" else ""
+        return Result(0, keep(VERSION_KEYS) + nccl, "")
+    if script == clock.CLOCK_SH:
+        return Result(0, f"time={values['clock']}\n", "") if "clock" in values else None
+    if script.endswith("exec ip -j addr show"):
+        return Result(0, values.get("ip", "[]"), "")
+    return None
 
 
 @dataclass
@@ -130,10 +187,11 @@ class FakeHost(FakeTransport):
 
     def _answer(self, argv: Sequence[str]) -> Result:
         a = list(argv)
+        facts = answer_round_trip(a, lambda fact: fact_answer(self.facts, fact))
+        if facts is not None:
+            return facts
         if a[:2] == ["sh", "-c"]:
             script, args = a[2], a[4:]
-            if script == pf.FACTS_SH:
-                return Result(0, self.facts, "")
             if script == rel.SWITCH_SH:
                 self.links[args[2]] = args[0]
                 return Result(0, "", "")

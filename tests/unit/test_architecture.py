@@ -181,3 +181,16 @@ def test_no_module_outside_the_cli_imports_it() -> None:
         if not name.startswith("deskside.cli") and any(d.startswith("deskside.cli") for d in deps)
     }
     assert bad == {}
+
+
+def test_deploy_runtime_and_models_import_no_command_package() -> None:
+    """`up` reads what the nodes must share through `facts`, not through `deskside doctor`;
+    the model tools need nothing of the deploy."""
+    g = graph()
+    for name, deps in g.items():
+        if name.startswith(("deskside.deploy", "deskside.runtime", "deskside.models")):
+            bad = {d for d in deps if d.startswith("deskside.doctor")}
+            assert not bad, f"{name} imports {sorted(bad)}"
+        if name.startswith("deskside.models"):
+            bad = {d for d in deps if d.startswith("deskside.deploy")}
+            assert not bad, f"{name} imports {sorted(bad)}"

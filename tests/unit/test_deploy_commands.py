@@ -1,14 +1,13 @@
 """The node-side commands run for real on this machine (LocalTransport): session stop with
 SIGKILL escalation, liveness + log polling, session stats, process identity (pid + start
-time: a reused pid is never signalled), the atomic `current` switch, the preflight probe;
-and the pure parts: fact parsing, checks, pruning, and the SSH transport's command lines
+time: a reused pid is never signalled), the atomic `current` switch; and the pure parts:
+pruning, and the SSH transport's command lines
 (run by sh to prove the quoting)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from deskside.deploy import preflight as pf
 from deskside.deploy import releases as rel
 from deskside.layout import NodeLayout
-from deskside.recipe.load import load_recipe_text
 from deskside.runtime import node_sh
 from deskside.transport.local import LocalTransport
 from deskside.transport.ssh import shell_command, spawn_command
 
 from .. import procs
-from ..deploy_cases import ssh_recipe_data
 
 LOCAL = LocalTransport()
 
@@ -157,90 +153,6 @@ def test_releases_to_prune_keeps_the_newest_and_the_protected() -> None:
     assert rel.releases_to_prune(listing, 10, set()) == []
 
 
-def test_facts_probe_runs_here(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        argv = pf.facts_command(
-            str(tmp_path / "not" / "yet"),
-            python=sys.executable,
-            compose=None,
-            programs=[],
-            key_file=None,
-        )
-        facts = pf.parse_facts(LOCAL.run(argv).stdout)
-    assert facts.uid == os.getuid()
-    assert facts.existing == str(tmp_path) and facts.writable
-    assert facts.disk_free_bytes is not None and facts.disk_free_bytes > 0
-    assert port in facts.listening
-    assert facts.python == sys.version.split()[0]
-    assert facts.vllm == "0.32.0" and facts.deskside
-    missing = pf.parse_facts(
-        LOCAL.run(
-            pf.facts_command("/", python="no-such-python", compose=None, programs=[], key_file=None)
-        ).stdout
-    )
-    assert missing.python_missing
-
-
-def _recipe(**runtime: object) -> object:
-    data = ssh_recipe_data(
-        addresses=("10.9.0.1", "10.9.0.2"),
-        interfaces=("e0", "e0"),
-        identity_file="~/.ssh/id",
-        root="/opt/deskside",
-        hf_cache="/var/hf",
-    )
-    data["runtime"].update(runtime)
-    import json
-
-    return load_recipe_text(json.dumps(data), "r.yaml", base_dir=Path("/tmp"))
-
-
-def test_checks_name_what_is_wrong_and_how_to_fix_it() -> None:
-    recipe = _recipe()
-    head = recipe.head  # type: ignore[attr-defined]
-    good = pf.parse_facts(
-        "uid=1000\nsudo=0\nexisting=/opt\nwritable=1\ndisk_free_kib=9999999\n"
-        "python=3.11\nvllm=0.31.1\ndeskside=1\nprogram=g++\n"
-    )
-    found = pf.check_node(
-        good,
-        recipe=recipe,  # type: ignore[arg-type]
-        node=head,
-        recipe_dir="/opt/deskside/ssh-tiny",
-        own_engine_running=False,
-        need_bytes=0,
-        head_ports=pf.head_ports(recipe, (8888, 25000)),
-    )
-    assert found.problems == []  # native, no systemd: a plain user will do
-    assert found.notes == ["node0: vLLM 0.31.1 installed, the recipe pins 0.32.0"]
-    bad = pf.parse_facts(
-        "uid=1000\nsudo=0\nexisting=/opt\nwritable=0\ndisk_free_kib=1000\n"
-        "python_missing=1\nlisten=00000000:61A8\n"
-    )
-    found = pf.check_node(
-        bad,
-        recipe=_recipe(systemd=True),  # type: ignore[arg-type]
-        node=head,
-        recipe_dir="/opt/deskside/ssh-tiny",
-        own_engine_running=False,
-        need_bytes=10 * 1024**2,
-        head_ports=pf.head_ports(recipe, (8888, 25000)),
-    )
-    messages = [p.message for p in found.problems]
-    assert any("not root and has no passwordless sudo" in m for m in messages)
-    assert any("cannot be created or written" in m for m in messages)
-    assert any("MiB free under /opt" in m for m in messages)
-    assert any("port 25000 (cluster.fabric.master_port" in m for m in messages)
-    assert any("not found" in m for m in messages)
-    assert any("systemd is not running" in m for m in messages)
-    # vLLM on CPU compiles kernels at the first request: a node without g++ is refused
-    assert any(m.startswith("g++ (engine.device: cpu)") for m in messages)
-    assert all(p.hint for p in found.problems)
-
-
 def test_ssh_command_lines_are_inert_under_sh(tmp_path: Path) -> None:
     nasty = "a 'b' \"c\" $(touch PWNED) `touch PWNED` ${HOME} ; * ~ \\"
     line = shell_command(["printf", "%s|", nasty, "x"], env={"V": nasty}, cwd=str(tmp_path))
@@ -261,44 +173,6 @@ def test_ssh_command_lines_are_inert_under_sh(tmp_path: Path) -> None:
         assert log.read_text() == nasty + "\n"
     finally:
         assert procs.stop_session(pid, grace=2)
-
-
-@pytest.mark.parametrize("mode", ["644", "600", "missing", "600 foreign"])
-def test_proxy_key_file_checks(mode: str) -> None:
-    data = ssh_recipe_data(
-        addresses=("10.9.0.1", "10.9.0.2"),
-        interfaces=("e0", "e0"),
-        identity_file="~/.ssh/id",
-        root="/opt/deskside",
-        hf_cache="/var/hf",
-    )
-    data["proxy"] = {"enabled": True, "master_key_file": "/etc/deskside/key"}
-    import json
-
-    recipe = load_recipe_text(json.dumps(data), "r.yaml", base_dir=Path("/tmp"))
-    facts = pf.parse_facts(
-        "uid=0\nexisting=/\nwritable=1\npython=3.11\nvllm=0.32.0\ndeskside=1\nprogram=litellm\n"
-        "program=g++\n"
-        + (f"key_mode={mode}\n" if mode != "600 foreign" else "key_mode=600\nkey_owner=1000\n")
-    )
-    found = pf.check_node(
-        facts,
-        recipe=recipe,
-        node=recipe.head,
-        recipe_dir="/opt/deskside/ssh-tiny",
-        own_engine_running=False,
-        need_bytes=0,
-        head_ports=pf.head_ports(recipe, (8888, 25000)),
-    )
-    messages = " ".join(p.message for p in found.problems)
-    if mode == "600":
-        assert messages == ""
-    elif mode == "644":
-        assert "readable by others (mode 644)" in messages
-    elif mode == "600 foreign":
-        assert "belongs to uid 1000, not to the user deskside logs in as (uid 0)" in messages
-    else:
-        assert "missing or unreadable" in messages
 
 
 def test_a_rank_whose_title_hid_the_tag_is_signalled_with_its_session(tmp_path: Path) -> None:

@@ -3,15 +3,11 @@ fed recorded outputs."""
 
 from __future__ import annotations
 
-from deskside.doctor.space import (
-    disk_finding,
-    hf_model_folder,
-    memory_finding,
-    parse_held,
-    parse_holders,
-    port_findings,
-)
+from deskside.doctor.space import disk_finding, memory_finding, port_findings
 from deskside.doctor.stacks import parse_scan, parse_size, stack_findings
+from deskside.facts.disk import parse_held
+from deskside.facts.model_folder import hf_cache_entry
+from deskside.facts.network import parse_holders
 
 CID = "0123456789ab" + "0" * 52
 MON = "com.docker.compose.project=mon"
@@ -82,8 +78,8 @@ def test_disk_and_memory() -> None:
     assert disk_finding("ai1", "/opt", 10, 5, "x") is None
     short = disk_finding("ai1", "/var/lib/hf", 1 << 30, 160 << 30, "the weights")
     assert short is not None and short.kind == "disk-short"
-    assert parse_held("held_kib=2048\n") == 2 << 20
-    assert hf_model_folder("/c/", "org/m") == "/c/hub/models--org--m"
+    assert parse_held("2048\n") == 2 << 20
+    assert hf_cache_entry("/c/", "org/m") == "/c/hub/models--org--m"
     gib = 1 << 30
     assert memory_finding("ai1", 128 * gib, 100 * gib, 90 * gib, 0) is None
     covered = memory_finding("ai1", 128 * gib, gib, 10 * gib, 9 * gib)

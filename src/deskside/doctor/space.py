@@ -1,64 +1,15 @@
-"""Disk, ports and the memory sum for `deskside doctor`. Pure judges of facts gathered
-elsewhere: free disk and listening ports come from preflight's facts
-(`deskside.deploy.preflight.facts_command`), the holder of a port from `ss -ltnp`
-(`holders_command`), MemAvailable from the process scan.
+"""Disk, ports and the memory sum for `deskside doctor`: pure judges of facts read on the
+nodes (`deskside.facts`: free disk and what a folder holds, the listening ports and who
+holds them, MemAvailable).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from deskside.doctor.findings import Finding
+from deskside.facts.network import UNNAMED
 from deskside.units import format_bytes
-
-# Per port, the listening sockets and their processes (`users:(("name",pid=N,fd=M))`), in
-# the namespace the engine binds in; nothing when ss is missing.
-HOLDERS_SH = r"""
-command -v ss >/dev/null 2>&1 || exit 0
-for port in "$@"; do
-  ss -ltnpH "sport = :$port" 2>/dev/null | sed "s/^/port $port /"
-done
-"""
-
-# The bytes a model already holds in the Hugging Face cache (`$1`, a folder of it), so a
-# download needs only the rest.
-HELD_SH = r"""
-[ -d "$1" ] || { echo "held_kib=0"; exit 0; }
-du -skL -- "$1" 2>/dev/null | awk '{ print "held_kib=" $1 }'
-"""
-
-
-def holders_command(ports: list[int]) -> list[str]:
-    return ["sh", "-c", HOLDERS_SH, "sh", *(str(p) for p in ports)]
-
-
-def parse_holders(text: str) -> dict[int, str]:
-    """port -> who listens there (`name pid N`, several joined by `, `)."""
-    out: dict[int, list[str]] = {}
-    for line in text.splitlines():
-        parts = line.split(" ", 2)
-        if len(parts) < 3 or parts[0] != "port" or not parts[1].isdigit():
-            continue
-        who = [f"{n} pid {p}" for n, p in re.findall(r'\("([^"]*)",pid=([0-9]+)', parts[2])]
-        out.setdefault(int(parts[1]), []).extend(who or ["a process ss cannot name"])
-    return {port: ", ".join(dict.fromkeys(who)) for port, who in out.items()}
-
-
-def held_command(folder: str) -> list[str]:
-    return ["sh", "-c", HELD_SH, "sh", folder]
-
-
-def parse_held(text: str) -> int:
-    for word in text.split():
-        if word.startswith("held_kib=") and word[9:].isdigit():
-            return int(word[9:]) * 1024
-    return 0
-
-
-def hf_model_folder(hf_cache: str, repo: str) -> str:
-    """Where huggingface_hub keeps `repo` (huggingface_hub.file_download: hub/models--org--name)."""
-    return f"{hf_cache.rstrip('/')}/hub/models--{repo.replace('/', '--')}"
 
 
 def port_findings(
@@ -73,7 +24,7 @@ def port_findings(
     for port, what in sorted(ports.items()):
         if port not in listening:
             continue
-        holder = holders.get(port, "a process ss cannot name")
+        holder = holders.get(port, UNNAMED)
         out.append(
             Finding(
                 "port-taken",

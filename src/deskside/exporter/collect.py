@@ -1,6 +1,7 @@
 """One scrape, one fresh collection: `NodeCollector` reads every source of the node each
-time Prometheus asks (meminfo, sysfs, the engine process, NVML, the engine's /metrics) and
-yields the deskside_* families. Register it on its own CollectorRegistry."""
+time Prometheus asks (meminfo and the memory cgroup, sysfs, the engine process, NVML, the
+engine's /metrics) and yields the deskside_* families; the node's versions are read once,
+when it starts. Register it on its own CollectorRegistry."""
 
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ from deskside.exporter import roce, series
 from deskside.exporter.cluster import cluster_series, read_record
 from deskside.exporter.engine import EngineReading, Fetch, HttpFetch, Progress, read_engine
 from deskside.exporter.gpu import Nvml, read_gpus
-from deskside.exporter.memory import floor_bytes, read_meminfo
+from deskside.exporter.memory import floor_bytes
 from deskside.exporter.running import EngineFinder
-from deskside.exporter.versions import LABELS, static_versions, with_engine
-from deskside.guard.watch import Guardian, read_sample
+from deskside.exporter.versions import LABELS, read_versions, with_engine
+from deskside.facts.memory import read_available, read_meminfo
+from deskside.guard.watch import Guardian
 from deskside.recipe.types import Node, Recipe
+from deskside.transport.base import Transport
+from deskside.transport.local import LocalTransport
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Sources:
     cgroup: Path | None = None  # the watched scope's memory cgroup folder (deskside.guard)
     guardian: Guardian | None = None  # the guard, when the recipe enforces it
     state_dir: Path | None = None  # the node's state folder (the watcher's survive.json)
+    host: Transport = field(default_factory=LocalTransport)  # this node: files, versions
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -61,7 +66,7 @@ class NodeCollector(Collector):
         self.s = sources
         self.node = sources.node.name
         self.floor = floor_bytes(sources.recipe, sources.recipe_path, sources.node)
-        self.versions = static_versions(sources.recipe, sources.nvml)
+        self.versions = read_versions(sources.recipe, sources.node, sources.host)
         self.finder = EngineFinder(sources.proc_root, sources.recipe.name, self.node)
         self.progress = Progress(sources.clock, once=sources.once)
         self._lock = threading.Lock()  # concurrent scrapes share the progress memory
@@ -87,8 +92,9 @@ class NodeCollector(Collector):
             vllm = engine.vllm_version if engine else None
             info = InfoMetricFamily(
                 series.VERSIONS.removesuffix("_info"),
-                "Versions on this node: deskside, the engine's vLLM, NVIDIA driver, CUDA, "
-                f"NCCL, engine image digest ({series.UNKNOWN!r}: unknown or not applicable).",
+                "Versions on this node: deskside, the vLLM installed (or the running engine's), "
+                "the recipe's vLLM, NVIDIA driver, CUDA, NCCL, engine image digest "
+                f"({series.UNKNOWN!r}: unknown or not applicable).",
                 labels=["node"],
             )
             versions = with_engine(self.versions, vllm)
@@ -97,7 +103,7 @@ class NodeCollector(Collector):
 
     def _memory_and_gpus(self) -> Iterator[Metric]:
         n = [self.node]
-        mem = read_meminfo(self.s.proc_root)
+        mem = read_meminfo(self.s.host, str(self.s.proc_root))
         if mem is None:
             self._warn(f"{self.s.proc_root / 'meminfo'}: unreadable or without MemAvailable")
         else:
@@ -146,7 +152,8 @@ class NodeCollector(Collector):
 
     def _guard(self) -> Iterator[Metric]:
         n = [self.node]
-        available = read_sample(self.s.proc_root, self.s.cgroup).available
+        cgroup = str(self.s.cgroup) if self.s.cgroup is not None else None
+        available = read_available(self.s.host, str(self.s.proc_root), cgroup).available
         if available is not None:
             gauge = _gauge(
                 series.GUARD_AVAILABLE,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from deskside.exporter.memory import MemInfo
+from deskside.facts.memory import MemInfo
 
 
 class Nvml(Protocol):

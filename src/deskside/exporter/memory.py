@@ -1,55 +1,12 @@
-"""Memory of the node: MemTotal and MemAvailable from `<proc-root>/meminfo` (bytes), and
-the safety floor the plan keeps free on it.
-
-On a unified-memory node (GB10) CPU and GPU share this memory: MemAvailable falling under
-the floor is the warning before the host freezes."""
+"""The safety floor the plan keeps free on a node, which the exporter serves beside the
+node's memory (`deskside.facts.memory`) and the guard compares available memory with."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from deskside.hardware import PROFILES
 from deskside.recipe.types import Node, Recipe
-from deskside.smallfile import read_small_file
-
-MEMINFO_LIMIT = 64 << 10  # /proc/meminfo is ~1.5 KiB
-KIB = 1024
-
-
-@dataclass(frozen=True)
-class MemInfo:
-    total_bytes: int
-    available_bytes: int
-
-    @property
-    def used_bytes(self) -> int:
-        return max(self.total_bytes - self.available_bytes, 0)
-
-
-def parse_meminfo(text: str) -> MemInfo | None:
-    """MemTotal and MemAvailable (kB in the file, bytes here); None when either is missing."""
-    values: dict[str, int] = {}
-    for line in text.splitlines():
-        key, sep, rest = line.partition(":")
-        if not sep or key not in ("MemTotal", "MemAvailable"):
-            continue
-        number, _, unit = rest.strip().partition(" ")
-        if not number.isdigit():
-            continue
-        values[key] = int(number) * (KIB if unit.strip() == "kB" else 1)
-    if "MemTotal" not in values or "MemAvailable" not in values:
-        return None
-    return MemInfo(values["MemTotal"], values["MemAvailable"])
-
-
-def read_meminfo(proc_root: Path) -> MemInfo | None:
-    """`<proc-root>/meminfo`, or None when it is unreadable or lacks the two lines."""
-    try:
-        data = read_small_file(proc_root / "meminfo", MEMINFO_LIMIT)
-    except OSError:
-        return None
-    return parse_meminfo(data.decode(errors="replace"))
 
 
 def floor_bytes(recipe: Recipe, recipe_path: Path, node: Node) -> int:

@@ -54,6 +54,13 @@ class Fact(Generic[T]):
         return _parse(self, result.stdout)
 
 
+def command_fact(
+    name: str, argv: Sequence[str], parse: Callable[[str], T], cap: int = DEFAULT_CAP
+) -> Fact[T]:
+    """A fact of a command line that exists already (run as `exec ARGV...`)."""
+    return Fact(name, 'exec "$@"', parse, args=tuple(argv), cap=cap)
+
+
 @dataclass(frozen=True)
 class Unread:
     """A fact that could not be read on a node, and why."""

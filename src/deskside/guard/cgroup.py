@@ -1,161 +1,21 @@
-"""The memory cgroup of the watched scope: its limit, usage and headroom, under either
-cgroup layout.
-
-- v1 (`<sys-root>/fs/cgroup/memory/<path>`): memory.limit_in_bytes ("unlimited" is a huge
-  number: PAGE_COUNTER_MAX pages, 2^63 less a page), memory.usage_in_bytes, and
-  total_inactive_file in memory.stat (inactive_file in a cgroup without children's totals).
-- v2 (`<sys-root>/fs/cgroup/<path>`): memory.max ("max" when unlimited), memory.current,
-  and inactive_file in memory.stat.
-
-Headroom is the limit less the working set, usage less the inactive file cache the kernel
-reclaims first (as cAdvisor's container_memory_working_set_bytes counts it): page cache of
-model weights read once must not look like memory in use. A limit on any ancestor applies
-too, so the scope's headroom is the smallest over it and its ancestors that have a limit.
-
-The default scope is the guard's own cgroup: on a node that is itself a container or a
-machine under systemd-nspawn, the limit of that scope is the node's memory (its
-/proc/meminfo shows the host's). Parsers are pure; the readers are thin and bounded.
-"""
+"""The memory cgroup the guard watches on this machine (`deskside.facts.cgroup` reads and
+judges it): the guard's own by default, which on a node that is itself a container or a
+machine under systemd-nspawn is the node's memory (its /proc/meminfo shows the host's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from deskside.smallfile import read_small_file
-
-Layout = Literal["v1", "v2"]
-V1_UNLIMITED = 1 << 62  # any v1 limit at or above this is "unlimited" (4 KiB and 64 KiB pages)
-FILE_LIMIT = 64 << 10
-MAX_DEPTH = 64
-FILES: dict[Layout, tuple[str, str]] = {
-    "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes"),
-    "v2": ("memory.max", "memory.current"),
-}
-INACTIVE_KEYS: dict[Layout, tuple[str, ...]] = {
-    "v1": ("total_inactive_file", "inactive_file"),
-    "v2": ("inactive_file",),
-}
+from deskside.facts import cgroup
+from deskside.transport.local import LocalTransport
 
 
-@dataclass(frozen=True)
-class CgroupMemory:
-    path: str  # the cgroup folder read
-    layout: Layout
-    limit: int
-    usage: int
-    inactive_file: int
-
-    @property
-    def working_set(self) -> int:
-        return max(self.usage - self.inactive_file, 0)
-
-    @property
-    def headroom(self) -> int:
-        return max(self.limit - self.working_set, 0)
-
-
-def parse_limit(text: str, layout: Layout) -> int | None:
-    """The limit in bytes; None when there is none (or the file is not a number)."""
-    value = text.strip()
-    if layout == "v2" and value == "max":
-        return None
-    if not value.isdigit():
-        return None
-    number = int(value)
-    return None if layout == "v1" and number >= V1_UNLIMITED else number
-
-
-def parse_number(text: str) -> int | None:
-    value = text.strip()
-    return int(value) if value.isdigit() else None
-
-
-def parse_stat_value(text: str, keys: tuple[str, ...]) -> int:
-    """The first of `keys` found in a memory.stat text (0 when none is)."""
-    values = {}
-    for line in text.splitlines():
-        key, _, number = line.partition(" ")
-        if number.strip().isdigit():
-            values[key] = int(number.strip())
-    return next((values[k] for k in keys if k in values), 0)
-
-
-def parse_proc_cgroup(text: str) -> dict[Layout, str]:
-    """The memory cgroup paths in a `/proc/PID/cgroup`: v1's `N:...memory...:/path` and
-    v2's `0::/path`."""
-    out: dict[Layout, str] = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3 or not parts[2].startswith("/"):
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            out["v2"] = parts[2]
-        elif "memory" in parts[1].split(","):
-            out["v1"] = parts[2]
-    return out
-
-
-def layout_of(folder: Path) -> Layout | None:
-    """Which layout a cgroup folder belongs to, by the files it holds."""
-    if (folder / "memory.limit_in_bytes").is_file():
-        return "v1"
-    if (folder / "memory.max").is_file() or (folder / "cgroup.controllers").is_file():
-        return "v2"
-    return None
-
-
-def _text(path: Path) -> str | None:
-    try:
-        return read_small_file(path, FILE_LIMIT).decode(errors="replace")
-    except OSError:
-        return None
-
-
-def read_one(folder: Path, layout: Layout) -> CgroupMemory | None:
-    """The memory of one cgroup folder; None when it has no limit or cannot be read."""
-    limit_file, usage_file = FILES[layout]
-    limit_text, usage_text = _text(folder / limit_file), _text(folder / usage_file)
-    if limit_text is None or usage_text is None:
-        return None
-    limit, usage = parse_limit(limit_text, layout), parse_number(usage_text)
-    if limit is None or usage is None:
-        return None
-    inactive = parse_stat_value(_text(folder / "memory.stat") or "", INACTIVE_KEYS[layout])
-    return CgroupMemory(str(folder), layout, limit, usage, inactive)
-
-
-def read_scope(folder: Path) -> CgroupMemory | None:
-    """The tightest limited cgroup of `folder` and its ancestors (the least headroom);
-    None when no limit applies."""
-    layout = layout_of(folder)
-    if layout is None:
-        return None
-    best: CgroupMemory | None = None
-    here = folder
-    for _ in range(MAX_DEPTH):
-        if layout_of(here) != layout:
-            break
-        found = read_one(here, layout)
-        if found is not None and (best is None or found.headroom < best.headroom):
-            best = found
-        if here.parent == here:
-            break
-        here = here.parent
-    return best
+def layout_of(folder: Path) -> cgroup.Layout | None:
+    """Which cgroup layout `folder` belongs to (None: not a memory cgroup folder)."""
+    return cgroup.layout_of(LocalTransport(), str(folder))
 
 
 def scope_folder(sys_root: Path, proc_root: Path, pid: str = "self") -> Path | None:
-    """The memory cgroup folder of process `pid` (default: this one): v2 when the unified
-    hierarchy is mounted at `<sys-root>/fs/cgroup`, else v1's memory hierarchy."""
-    text = _text(proc_root / pid / "cgroup")
-    if text is None:
-        return None
-    paths = parse_proc_cgroup(text)
-    base = sys_root / "fs" / "cgroup"
-    if "v1" in paths and (base / "memory").is_dir():
-        return base / "memory" / paths["v1"].lstrip("/")
-    if "v2" in paths and (base / "cgroup.controllers").is_file():
-        return base / paths["v2"].lstrip("/")
-    return None
+    """The memory cgroup folder of process `pid` (default: this one)."""
+    found = cgroup.scope_folder(LocalTransport(), str(sys_root), str(proc_root), pid)
+    return Path(found) if found is not None else None

@@ -33,9 +33,3 @@ def decide(
     if low >= window:
         return Decision("act", None, low)
     return Decision("low", since, low)
-
-
-def smaller(*values: int | None) -> int | None:
-    """The smallest of the values that are known (None when none is)."""
-    known = [v for v in values if v is not None]
-    return min(known) if known else None

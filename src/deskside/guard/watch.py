@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deskside.errors import DesksideError
-from deskside.exporter.memory import read_meminfo
+from deskside.facts.memory import Available, read_available
 from deskside.guard.act import Low, stop_engine
-from deskside.guard.cgroup import CgroupMemory, read_scope
 from deskside.guard.decide import Decision, decide
 from deskside.guard.record import GuardRecord
 from deskside.layout import NodeLayout
@@ -24,39 +23,11 @@ from deskside.transport.local import LocalTransport
 from deskside.units import format_bytes
 
 
-@dataclass(frozen=True)
-class Sample:
-    """The node's available memory: the smaller of MemAvailable and the memory cgroup's
-    headroom (when a limit applies to the watched scope)."""
-
-    mem_available: int | None
-    cgroup: CgroupMemory | None
-
-    @property
-    def available(self) -> int | None:
-        values = [v for v in (self.mem_available, self.cgroup_headroom) if v is not None]
-        return min(values) if values else None
-
-    @property
-    def cgroup_headroom(self) -> int | None:
-        return self.cgroup.headroom if self.cgroup is not None else None
-
-    @property
-    def source(self) -> str:
-        """What the available figure is."""
-        headroom = self.cgroup_headroom
-        if headroom is not None and (self.mem_available is None or headroom < self.mem_available):
-            assert self.cgroup is not None
-            return f"memory cgroup {self.cgroup.path} headroom"
-        return "MemAvailable"
-
-
-def read_sample(proc_root: Path, cgroup: Path | None) -> Sample:
-    mem = read_meminfo(proc_root)
-    return Sample(
-        mem.available_bytes if mem is not None else None,
-        read_scope(cgroup) if cgroup is not None else None,
-    )
+def read_sample(proc_root: Path, cgroup: Path | None) -> Available:
+    """The node's available memory now (`deskside.facts.memory.read_available`), read in
+    this process: no process is started when memory is short."""
+    folder = str(cgroup) if cgroup is not None else None
+    return read_available(LocalTransport(), str(proc_root), folder)
 
 
 @dataclass

@@ -1,43 +1,33 @@
 """Does every worker hold the head's snapshot of the pinned revision? The quick check `up`
 runs before it changes anything.
 
-A fact (a POSIX sh command and a pure parser): the snapshot's links, each file's size,
-mtime, ctime and inode (GNU find), and the record of the hashes made by `model sync`,
-`model manifest` or `model verify`. A file's hash is taken from the record when the four
-are still those recorded; nothing is hashed here (150 GB would take minutes), so a file
-changed since it was hashed counts as a difference until `model sync` or `model verify`
-hashes it again.
+Each node's snapshot is a fact (`deskside.facts.model_folder.snapshot`: the snapshot's
+links, each file's size, mtime, ctime and inode, and the record of the hashes made by
+`model sync`, `model manifest` or `model verify`), read in the preflight's round trip. A
+file's hash is taken from the record when the four are still those recorded; nothing is
+hashed here (150 GB would take minutes), so a file changed since it was hashed counts as a
+difference until `model sync` or `model verify` hashes it again.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
 from deskside.errors import DesksideError
+from deskside.facts.base import Fact, Unread
+from deskside.facts.model_folder import Snapshot, hf_cache_entry, snapshot
 from deskside.models.node_files import RECORD_DIR, recorded
-from deskside.models.sync import cache_entry
 from deskside.recipe.types import Recipe
-from deskside.transport.base import Transport
-
-MODEL_FACT_SH = r"""
-entry=$1; rev=$2
-echo deskside_model=1
-snap="$entry/snapshots/$rev"
-if [ ! -d "$snap" ]; then echo snapshot=absent; exit 0; fi
-echo snapshot=present
-cd "$snap" || exit 0
-find . -mindepth 1 -type l -printf 'link\t%P\t%l\n'
-find -L . -mindepth 1 -type f -printf 'file\t%P\t%s\t%T@\t%C@\t%i\n' 2>/dev/null
-rec="$entry/$3/$rev.json"
-if [ -f "$rec" ]; then printf 'record\t'; head -c 67108864 -- "$rec" | tr -d '\n'; echo; fi
-"""
 
 
-def model_fact(entry: str, revision: str) -> list[str]:
-    return ["sh", "-c", MODEL_FACT_SH, "sh", entry, revision, RECORD_DIR]
+def snapshot_fact(recipe: Recipe) -> Fact[Snapshot] | None:
+    """The fact `model_findings` reads on every node (a pinned revision on more than one
+    node), or None."""
+    m = recipe.model
+    if m.repo is None or m.revision is None or not recipe.workers:
+        return None
+    return snapshot(hf_cache_entry(recipe.runtime.hf_cache, m.repo), m.revision, RECORD_DIR)
 
 
 @dataclass
@@ -47,44 +37,11 @@ class NodeModel:
     foreign: list[str] = field(default_factory=list)  # links not into ../(..)/blobs/
 
 
-def _ns(stamp: str) -> int:
-    """`1700000000.1234567890` (find's %T@) in nanoseconds."""
-    sec, _, frac = stamp.partition(".")
-    return int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
-
-
-def parse_model_fact(stdout: str) -> NodeModel | None:
-    """None when the fact did not run (no marker line)."""
-    lines = stdout.splitlines()
-    if "deskside_model=1" not in lines:
-        return None
-    if "snapshot=present" not in lines:
-        return NodeModel(present=False)
-    record: dict[str, dict[str, object]] = {}
-    links: dict[str, str] = {}
-    stats: dict[str, tuple[int, int, int, int]] = {}
-    for line in lines:
-        kind, _, rest = line.partition("\t")
-        parts = rest.split("\t")
-        try:
-            if kind == "link" and len(parts) == 2:
-                links[parts[0]] = parts[1]
-            elif kind == "file" and len(parts) == 5:
-                stats[parts[0]] = (int(parts[1]), _ns(parts[2]), _ns(parts[3]), int(parts[4]))
-            elif kind == "record":
-                data = json.loads(rest)
-                record = data.get("files", {}) if isinstance(data, dict) else {}
-        except ValueError:
-            continue
-    out = NodeModel(present=True)
-    for path, target in sorted(links.items()):
-        depth = len(PurePosixPath(path).parts) + 1  # snapshots/<rev>/<path>
-        want = PurePosixPath(*([".."] * depth), "blobs")
-        if PurePosixPath(target).parent != want:
-            out.foreign.append(path)
-    for path, key in sorted(stats.items()):
-        if path not in out.foreign:
-            out.files[path] = (key[0], recorded(record.get(path), key))
+def node_model(snap: Snapshot) -> NodeModel:
+    """Each file's size and, when the record still describes it, its recorded sha256."""
+    out = NodeModel(present=snap.present, foreign=list(snap.foreign))
+    for path, key in snap.files.items():
+        out.files[path] = (key[0], recorded(snap.record.get(path), key))
     return out
 
 
@@ -116,30 +73,29 @@ def differences(head: NodeModel, worker: NodeModel) -> dict[str, list[str]]:
 
 
 def model_findings(
-    recipe: Recipe, transports: Mapping[str, Transport], recipe_path: str
+    recipe: Recipe,
+    answers: Mapping[str, Snapshot | Unread | DesksideError],
+    recipe_path: str,
 ) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """(node, what, fix) for each worker whose snapshot differs from the head's, and notes.
-    Only for a pinned Hugging Face revision on more than one node: a `model.path` folder is
-    pushed by the deploy itself."""
+    """(node, what, fix) for each worker whose snapshot differs from the head's, and notes,
+    from every node's answer to `snapshot_fact`. Only for a pinned Hugging Face revision on
+    more than one node: a `model.path` folder is pushed by the deploy itself."""
     m = recipe.model
     workers = recipe.workers
     if m.repo is None or m.revision is None or not workers:
         return [], []
-    entry = cache_entry(recipe.runtime.hf_cache, m.repo)
     what = f"{m.repo}@{m.revision[:12]}"
     sync = f"deskside model sync {recipe_path}"
     seen: dict[str, NodeModel] = {}
     notes: list[str] = []
     for node in recipe.cluster.nodes:
-        try:
-            r = transports[node.name].run(model_fact(entry, m.revision), timeout=120)
-        except DesksideError as exc:
-            return [(node.name, exc.message, exc.hint or "")], notes
-        got = parse_model_fact(r.stdout)
-        if got is None:
-            notes.append(f"{node.name}: could not list the model's snapshot (exit {r.rc})")
+        got = answers.get(node.name, Unread("model_snapshot", "not read"))
+        if isinstance(got, DesksideError):
+            return [(node.name, got.message, got.hint or "")], notes
+        if isinstance(got, Unread):
+            notes.append(f"{node.name}: could not list the model's snapshot ({got.reason})")
             continue
-        seen[node.name] = got
+        seen[node.name] = node_model(got)
     head = seen.get(recipe.head.name)
     if head is None:
         return [], notes

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from deskside.doctor.space import hf_model_folder
 from deskside.errors import UsageError
+from deskside.facts.model_folder import hf_cache_entry
 from deskside.recipe.values import REVISION_HINT
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -112,7 +112,7 @@ class CachePaths:
 
     @classmethod
     def of(cls, hf_home: str, repo: str, revision: str) -> CachePaths:
-        return cls(hf_model_folder(hf_home, repo), revision)
+        return cls(hf_cache_entry(hf_home, repo), revision)
 
     @property
     def snapshot(self) -> str:

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from deskside.deploy.preflight import node_python
 from deskside.engine.launch import node_ip
 from deskside.errors import DesksideError, UsageError
+from deskside.facts.model_folder import hf_cache_entry
+from deskside.facts.versions import node_python
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 from deskside.units import MIB
@@ -45,11 +46,6 @@ def node_program() -> str:
     copy = copy.replace("from __future__ import annotations\n", "")
     copy = re.sub(r"from deskside\.models\.node_files import \([^)]*\)\n", "", copy)
     return files + "\n" + copy
-
-
-def cache_entry(hf_cache: str, repo: str) -> str:
-    """The repo's folder in the hub cache: `<HF_HOME>/hub/models--org--name`."""
-    return f"{hf_cache.rstrip('/')}/hub/models--{repo.replace('/', '--')}"
 
 
 def pinned(recipe: Recipe) -> tuple[str, str]:
@@ -157,12 +153,12 @@ class Sync:
 
     @property
     def python(self) -> str:
-        return node_python(self.recipe)
+        return node_python(self.recipe.runtime.python)
 
     def head_manifest(self) -> dict[str, Any]:
         repo, revision = pinned(self.recipe)
         head = self.recipe.head
-        entry = cache_entry(self.recipe.runtime.hf_cache, repo)
+        entry = hf_cache_entry(self.recipe.runtime.hf_cache, repo)
         got = node_run(
             self.transports[head.name],
             self.python,
@@ -191,13 +187,13 @@ class Sync:
 
     def worker_state(self, node: Node) -> dict[str, Any]:
         repo, revision = pinned(self.recipe)
-        entry = cache_entry(self.recipe.runtime.hf_cache, repo)
+        entry = hf_cache_entry(self.recipe.runtime.hf_cache, repo)
         cfg = {"entry": entry, "revision": revision, "full": self.full}
         return node_run(self.transports[node.name], self.python, "state", cfg, COPY_TIMEOUT)
 
     def worker(self, node: Node, head: Future[dict[str, Any]], t0: float) -> NodeSync:
         repo, revision = pinned(self.recipe)
-        entry = cache_entry(self.recipe.runtime.hf_cache, repo)
+        entry = hf_cache_entry(self.recipe.runtime.hf_cache, repo)
         out = NodeSync(node.name, node_ip(node))
         t = self.transports[node.name]
         st = self.worker_state(node)
@@ -285,7 +281,7 @@ class Sync:
             port = self._wait_port(t, progress_file, receiver)
             if port is not None:
                 send_cfg = {
-                    "entry": cache_entry(self.recipe.runtime.hf_cache, pinned(self.recipe)[0]),
+                    "entry": hf_cache_entry(self.recipe.runtime.hf_cache, pinned(self.recipe)[0]),
                     "revision": revision,
                     "token": token,
                     "address": out.address,

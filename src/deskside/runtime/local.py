@@ -3,7 +3,7 @@
 place, each node's state and log under `$DESKSIDE_HOME/runs/<recipe>/nodes/<node>/`.
 
 Stages: preflight (the plan fits, the model exists, the run is not up already, the
-enabled services' programs exist, the nodes match: `deskside.doctor.match`) -> network
+enabled services' programs exist, the nodes match: `deskside.deploy.drift`) -> network
 (the namespaces and the bridge) -> start (workers first, then the head) -> ready (/health,
 every alias in /v1/models, the engine's KV line) -> services (the proxy and the monitoring
 the recipe enables, each answering; see `deskside.runtime.services`) -> contract (a
@@ -25,10 +25,11 @@ from pathlib import Path
 import httpx
 
 from deskside import localnet, secrets
-from deskside.doctor.match import must_match, refusal, refusal_text
+from deskside.deploy.drift import must_match, up_refusal
 from deskside.engine.launch import NodeLaunch, Site, launches
 from deskside.engine.services import Service, services
 from deskside.errors import DesksideError, PlanRefused
+from deskside.facts.drift import refusal_text
 from deskside.home import runs_dir
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
@@ -206,7 +207,7 @@ class LocalStart:
         # namespaces share this machine's files: read those nodes in the root namespace
         here = {n.name: self.transports[HERE if n.netns else n.name] for n in recipe.cluster.nodes}
         found = must_match(recipe, self.recipe_path, here, site=self.site)
-        problems, notes = refusal(found, self.recipe_path)
+        problems, notes = up_refusal(found, self.recipe_path)
         self.report.notes += notes
         if problems:
             raise DesksideError(*refusal_text(problems))
