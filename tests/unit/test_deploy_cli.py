@@ -82,10 +82,10 @@ def test_dry_run_of_a_local_recipe_prints_the_transcript(tmp_path: Path, home: P
         ("node0", "LiteLLM proxy"),
         ("node0", "Prometheus"),
         ("node0", "node_exporter"),
-        ("node0", "deskside exporter"),
+        ("node0", "deskside node exporter"),
         ("node1", "node_exporter"),
-        ("node1", "deskside exporter"),
-        ("node0", "deskside watch"),  # survive.watch: the head's watcher
+        ("node1", "deskside node exporter"),
+        ("node0", "deskside node watch"),  # survive.watch: the head's watcher
     ]
     # no secret in any operation: the proxy reads its keys from their files
     assert not any("sk-" in t["op"] for t in report["transcript"])

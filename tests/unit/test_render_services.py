@@ -294,8 +294,9 @@ def test_container_units_wrap_one_compose_service(
     exporter = _unit(bundle, "ai2", "exporter", name)
     assert "Type=simple" in exporter and "Restart=on-failure" in exporter
     assert (
-        f"ExecStart=deskside exporter --recipe /opt/deskside/{name}/current/recipe.yaml --node ai2 "
-        f"--host 192.168.0.176 --port {series.EXPORTER_PORT} --state-dir /opt/deskside/{name}\n"
+        f"ExecStart=deskside node exporter --recipe /opt/deskside/{name}/current/recipe.yaml "
+        f"--node ai2 --host 192.168.0.176 --port {series.EXPORTER_PORT} "
+        f"--state-dir /opt/deskside/{name}\n"
     ) in exporter
     assert "NoNewPrivileges=yes" in exporter
     assert not any(p.startswith("ai2/") and "prometheus" in p for p in bundle)
@@ -342,7 +343,7 @@ def test_program_names_come_from_the_recipe() -> None:
     )
     assert "ExecStart=node_exporter " in _unit(bundle, "node1", "node-exporter", "local-tiny")
     exporter = _unit(bundle, "node1", "exporter", "local-tiny")
-    assert "ExecStart=/opt/deskside/venv/bin/deskside exporter " in exporter
+    assert "ExecStart=/opt/deskside/venv/bin/deskside node exporter " in exporter
 
 
 def test_no_service_units_without_systemd() -> None:

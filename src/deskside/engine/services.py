@@ -52,8 +52,8 @@ WHAT: dict[ServiceKey, str] = {
     "prometheus": "Prometheus",
     "grafana": "Grafana",
     "node_exporter": "node_exporter",
-    "exporter": "deskside exporter",
-    "watch": "deskside watch",
+    "exporter": "deskside node exporter",
+    "watch": "deskside node watch",
 }
 
 
@@ -364,6 +364,7 @@ def _exporter(node: Node, site: ServiceSite) -> Service:
     # natively under every runtime: it reads the node's sysfs, /proc and NVML
     argv = (
         *site.deskside,
+        "node",
         "exporter",
         "--recipe",
         site.exporter_recipe,
@@ -395,7 +396,7 @@ def _watch(recipe: Recipe, site: ServiceSite) -> Service:
         name="watch",
         node=recipe.head.name,
         program=site.deskside[0],
-        argv=(*site.deskside, "watch", "--recipe", recipe.name),
+        argv=(*site.deskside, "node", "watch", "--recipe", recipe.name),
         container=None,
         in_container=False,
         ready_url="",
