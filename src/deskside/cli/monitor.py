@@ -46,7 +46,7 @@ def check(recipe: RecipeArg, prometheus: PrometheusOpt = None, as_json: JsonFlag
     from deskside.monitor.top import prometheus_url
     from deskside.monitor.view import check_table
     from deskside.planner.inputs import plan_recipe
-    from deskside.replicas.groups import refuse_replica_set
+    from deskside.recipe.groups import refuse_replica_set
 
     try:
         loaded, path = resolve_recipe(recipe)

@@ -105,7 +105,7 @@ def run_recipe(
     except DesksideError as exc:
         return None, path, exc.message
     if run.replica_set is not None and recipe.name == run.replica_set:
-        from deskside.replicas.groups import group_recipes
+        from deskside.recipe.groups import group_recipes
 
         # a replica group's run: its own recipe within the set's
         one = {g.name: g for g in group_recipes(recipe).values()}.get(run.recipe_name)

@@ -9,7 +9,7 @@ from deskside.home import resolve_recipe
 from deskside.probe.keys import engine_headers, proxy_headers
 from deskside.probe.target import ProbeTarget, probe_target
 from deskside.recipe.types import Recipe
-from deskside.replicas.groups import group_names, group_recipes
+from deskside.recipe.groups import group_names, group_recipes
 from deskside.runtime.records import RUN_NAME_RE, RunRecord, load_run
 from deskside.runtime.run_recipe import load_run_recipe
 

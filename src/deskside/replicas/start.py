@@ -22,7 +22,7 @@ from deskside.deploy.releases import private_dir
 from deskside.errors import DesksideError
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
-from deskside.replicas.groups import group_recipes
+from deskside.recipe.groups import group_recipes
 from deskside.replicas.place import proxy_place, proxy_transport, recorded_transport
 from deskside.replicas.proxy import engines_env_text
 from deskside.replicas.records import ProxyProcess, SetRecord, load_set, remove_set, save_set

@@ -53,7 +53,7 @@ def _local_spawns(run: RunRecord, say: Say) -> dict[str, Spawn]:
     """The engine launch of each node of a run on this machine, from its recipe."""
     from deskside.home import resolve_recipe
     from deskside.planner.inputs import plan_recipe
-    from deskside.replicas.groups import group_recipes
+    from deskside.recipe.groups import group_recipes
     from deskside.runtime.local import LocalStart
     from deskside.runtime.pipeline import UpOptions
 

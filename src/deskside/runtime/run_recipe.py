@@ -12,10 +12,10 @@ from deskside.runtime.records import RunRecord
 def load_run_recipe(run: RunRecord) -> Recipe | None:
     """The recipe a run was started from, when it can still be read (its file, or the
     embedded recipe of that name); None otherwise. A replica group's run gets its group's
-    recipe (`deskside.replicas.groups`)."""
+    recipe (`deskside.recipe.groups`)."""
     from deskside.home import embedded_recipes, resolve_recipe
     from deskside.recipe.load import load_recipe
-    from deskside.replicas.groups import group_recipes
+    from deskside.recipe.groups import group_recipes
 
     name = run.replica_set or run.recipe_name
     try:
