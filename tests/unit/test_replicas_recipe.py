@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from deskside.errors import RecipeError
-from deskside.recipe.load import format_recipe_error, load_recipe_text
 from deskside.recipe.groups import group_names, group_recipes, group_run_name
+from deskside.recipe.load import format_recipe_error, load_recipe_text
 
 from .render_cases import ROOT
 

@@ -19,8 +19,8 @@ from deskside.errors import DesksideError
 from deskside.models.check import model_fact
 from deskside.models.sync import cache_entry
 from deskside.recipe.types import Node, Recipe
+from deskside.records.node import NodeState, read_state
 from deskside.runtime.control import Control
-from deskside.runtime.records import NodeState, read_state
 from deskside.transport.base import Result, Transport
 
 

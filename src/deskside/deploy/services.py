@@ -18,13 +18,13 @@ from __future__ import annotations
 from typing import get_args
 
 from deskside.deploy.deployment import Deployment
+from deskside.records.node import ComposeProject, NodeState, ServiceName
 from deskside.render import services as rendered
 from deskside.render import units
 from deskside.render.context import NodeContext, RenderContext, build_context
 from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG
 from deskside.runtime.ops import Amend, Op, Run, Spawn
-from deskside.runtime.records import ComposeProject, NodeState, ServiceName
 from deskside.runtime.services import ServiceLaunch, ready_url
 
 RECORDED: dict[str, ServiceName] = {

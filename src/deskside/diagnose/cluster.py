@@ -18,7 +18,7 @@ from deskside.diagnose.manifest import Member
 from deskside.errors import DesksideError
 from deskside.lock import LOCK_PATH
 from deskside.recipe.types import Recipe
-from deskside.runtime.records import RunRecord
+from deskside.records.run import RunRecord
 from deskside.smallfile import read_small_file
 from deskside.transport.base import Transport
 

@@ -16,9 +16,9 @@ from deskside.exporter.memory import read_meminfo
 from deskside.guard.act import Low, stop_engine
 from deskside.guard.cgroup import CgroupMemory, read_scope
 from deskside.guard.decide import Decision, decide
-from deskside.guard.record import GuardRecord
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Recipe
+from deskside.records.guard import GuardRecord
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 from deskside.units import format_bytes

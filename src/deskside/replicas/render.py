@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from deskside.planner.plan import Plan
+from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
 from deskside.render.assemble import render
 from deskside.render.bundle import MODE_FILE, MODE_SCRIPT, Bundle
 from deskside.render.context import printable_name
 from deskside.render.quote import sh
-from deskside.recipe.groups import group_recipes
 from deskside.replicas.proxy import MASTER_KEY_ENV, render_set_config
 
 GROUPS_DIR = "groups"
