@@ -90,7 +90,10 @@ def parse(data: bytes | str, model: type[M], where: str, what: str, hint: str | 
 
 def _link_below_home(path: Path) -> Path | None:
     """The first folder between $DESKSIDE_HOME and `path` that is a link, if any."""
-    home = Path(os.path.abspath(deskside_home()))
+    try:
+        home = Path(os.path.abspath(deskside_home()))
+    except (RuntimeError, KeyError):  # no home to speak of (a service's bare environment)
+        return None
     folder = Path(os.path.abspath(path)).parent
     if folder != home and home not in folder.parents:
         return None
