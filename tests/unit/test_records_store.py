@@ -342,3 +342,15 @@ def test_a_fifo_or_link_series_is_refused_without_blocking(home: Path) -> None:
         append_look_line(NAME, '{"at": 1}')
     assert victim.read_text() == "untouched\n"
     assert time.monotonic() - t0 < QUICK
+
+
+def test_a_series_in_a_linked_run_folder_is_neither_read_nor_written(home: Path) -> None:
+    elsewhere = home.parent / "planted"
+    elsewhere.mkdir()
+    (elsewhere / "looks.jsonl").write_text('{"at": 1}\n')
+    (home / "runs").mkdir(parents=True)
+    (home / "runs" / NAME).symlink_to(elsewhere)
+    assert look_lines(NAME) == []
+    with pytest.raises(WriteRefused, match="is a link"):
+        append_look_line(NAME, '{"at": 2}')
+    assert (elsewhere / "looks.jsonl").read_text() == '{"at": 1}\n'

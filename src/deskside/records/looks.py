@@ -13,7 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from deskside.records.read import MAX_DEPTH, nesting
+from deskside.records.read import MAX_DEPTH, link_below_home, nesting
 from deskside.records.where import looks_file
 from deskside.records.write import RECORD_MODE
 from deskside.safefs import open_append, write_file
@@ -29,8 +29,11 @@ def _newer_half(data: bytes) -> bytes:
 
 
 def _read(recipe_name: str) -> bytes:
+    path = looks_file(recipe_name)
+    if link_below_home(path) is not None:
+        return b""
     try:
-        return read_small_file(looks_file(recipe_name), MAX_READ_BYTES, follow=False)
+        return read_small_file(path, MAX_READ_BYTES, follow=False)
     except OSError:
         return b""
 

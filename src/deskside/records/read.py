@@ -88,7 +88,7 @@ def parse(data: bytes | str, model: type[M], where: str, what: str, hint: str | 
         raise BadState(refused, hint, location) from None
 
 
-def _link_below_home(path: Path) -> Path | None:
+def link_below_home(path: Path) -> Path | None:
     """The first folder between $DESKSIDE_HOME and `path` that is a link, if any."""
     try:
         home = Path(os.path.abspath(deskside_home()))
@@ -133,7 +133,7 @@ def read_here(
 ) -> M | None:
     """The record in `path` on this machine; None when there is none (see the module
     docstring for what is refused)."""
-    link = _link_below_home(path)
+    link = link_below_home(path)
     if link is not None:
         raise _link_refusal(link, what, hint)
     try:
@@ -198,6 +198,7 @@ __all__ = [
     "MAX_DEPTH",
     "NODE_READ_SH",
     "BadState",
+    "link_below_home",
     "nesting",
     "node_read_argv",
     "parse",
