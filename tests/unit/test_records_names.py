@@ -70,8 +70,11 @@ def test_nothing_running() -> None:
     assert "deskside up RECIPE" in (info.value.hint or "")
 
 
-def test_the_one_run_is_found_without_a_name() -> None:
+def test_the_one_run_is_found_without_a_name(home: Path) -> None:
     save_run(run_of("one"))
+    stray = home / "runs" / "not a run name"  # a folder deskside cannot have made
+    stray.mkdir()
+    (stray / "run.json").write_text("{}")
     assert resolve() == run_of("one") and find_run() == run_of("one")
 
 

@@ -35,9 +35,12 @@ NAME_HINT = "name one: --recipe NAME"
 
 
 def _names_with(record_file: str) -> list[str]:
+    """The folders under runs/ holding `record_file` (a folder deskside cannot have named
+    is not a run)."""
     if not runs_dir().is_dir():
         return []
-    return sorted(p.parent.name for p in runs_dir().glob(f"*/{record_file}"))
+    found = (p.parent.name for p in runs_dir().glob(f"*/{record_file}"))
+    return sorted(name for name in found if RUN_NAME_RE.fullmatch(name))
 
 
 def run_names() -> list[str]:
