@@ -12,7 +12,8 @@ import threading
 from collections.abc import Iterator
 
 from deskside.exporter import series
-from deskside.runtime.records import RunNode, RunRecord, run_file, save_run
+from deskside.records.run import RunNode, RunRecord, save_run
+from deskside.records.where import run_file
 
 GIB = 2**30
 

@@ -22,9 +22,9 @@ from deskside.errors import DesksideError
 from deskside.home import resolve_recipe
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.types import Recipe
+from deskside.records.names import find_run, run_lock
 from deskside.runtime.local import LocalRuntime
 from deskside.runtime.pipeline import UpOptions
-from deskside.runtime.records import find_run, run_lock
 
 Say = Callable[[str], None]
 

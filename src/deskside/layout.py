@@ -6,7 +6,7 @@ On every deployed node, with `R/N` = `runtime.root`/recipe name:
     R/N/releases/<id>/            one release: the node's bundle folder (+ cluster/ on the head)
     R/N/releases/.partial-<id>/   a release being pushed (renamed into place when complete)
     R/N/current                   relative link `releases/<id>`, switched atomically by rename
-    R/N/state.json                what deskside started here (`deskside.runtime.records`)
+    R/N/state.json                what deskside started here (`deskside.records.node`)
     R/N/logs/<id>.<start>.log     the engine's output of release <id> started at <start>
     R/N/models/<folder>/          a pushed local model folder (+ .deskside-manifest.json)
     R/N/cache/                    the engine container's ~/.cache (vLLM/FlashInfer caches)

@@ -26,9 +26,11 @@ import pytest
 
 from deskside.layout import ENGINE_KEY_ENV
 from deskside.recipe.cluster import Ssh
+from deskside.records.node import NodeState, write_state
+from deskside.records.run import RunNode, RunRecord, save_run
+from deskside.records.where import run_file
 from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG, parse_proc_start, proc_start
-from deskside.runtime.records import NodeState, RunNode, RunRecord, run_file, save_run, write_state
 from deskside.runtime.transports import transport_for
 from deskside.secrets import engine_env_path, write_secret
 from deskside.transport import ssh
@@ -250,7 +252,7 @@ def test_status_over_ssh_names_the_stopped_processes_of_a_wedge(setup: Setup) ->
     """`status` samples each node's engine session over SSH (state letters, CPU time, log
     silence): with a request running, no token moving and a stopped process on each node,
     the series of looks says WEDGED and names both nodes."""
-    from deskside.runtime.looks import looks_path
+    from deskside.records.where import looks_file
     from deskside.runtime.status import status
 
     run = setup.run.model_copy(update={"ready_at": "2026-01-01T00:00:01Z"})
@@ -277,7 +279,7 @@ def test_status_over_ssh_names_the_stopped_processes_of_a_wedge(setup: Setup) ->
             assert f"{node} (head)" in text or f"{node} (worker)" in text
         assert "is stopped (state T)" in text and "sleep" in text
         assert st.stalled_seconds is not None and st.stalled_seconds >= 2
-        assert looks_path(NAME).is_file()
+        assert looks_file(NAME).is_file()
     finally:
         t.run(["kill", str(api)])
-        looks_path(NAME).unlink(missing_ok=True)
+        looks_file(NAME).unlink(missing_ok=True)

@@ -21,9 +21,11 @@ import pytest
 
 from deskside.exporter.running import parse_stat
 from deskside.layout import NodeLayout
+from deskside.records.node import NodeState, write_state
+from deskside.records.run import save_run
+from deskside.records.where import run_file
 from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG
-from deskside.runtime.records import NodeState, run_file, save_run, write_state
 from deskside.transport.local import LocalTransport
 
 from ..cli_process import ROOT, deskside

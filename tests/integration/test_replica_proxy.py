@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
+from deskside.recipe.groups import group_recipes
 from deskside.recipe.load import load_recipe_text
-from deskside.replicas.groups import group_recipes
 from deskside.replicas.plans import plan_set
 from deskside.replicas.proxy import engines_env_text, set_proxy
 from deskside.replicas.render import proxy_files

@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from deskside.planner.inputs import plan_recipe
+from deskside.recipe.groups import group_recipes
 from deskside.recipe.load import load_recipe
-from deskside.replicas.groups import group_recipes
+from deskside.records.replica_set import load_set
 from deskside.replicas.plans import plan_set
-from deskside.replicas.records import load_set
 from deskside.replicas.start import down_set, up_set
 from deskside.replicas.status import set_status
 from deskside.transport import ssh

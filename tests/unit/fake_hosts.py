@@ -15,8 +15,8 @@ import httpx
 from deskside.deploy import releases as rel
 from deskside.facts import access, clock, disk, network, programs, versions
 from deskside.layout import STATE_FILE
+from deskside.records.read import NODE_READ_SH
 from deskside.runtime import node_sh
-from deskside.runtime.records import STATE_READ_SH
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
@@ -212,7 +212,7 @@ class FakeHost(FakeTransport):
                     self.files.pop(path)
                 self._rename(new, target)
                 return Result(0, "", "")
-            if script == STATE_READ_SH:
+            if script == NODE_READ_SH:
                 data = self.files.get(self.resolve(args[0]))
                 return Result(0, data.decode(), "") if data is not None else Result(4, "", "")
             if script == node_sh.PROC_START_SH:

@@ -194,3 +194,33 @@ def test_deploy_runtime_and_models_import_no_command_package() -> None:
         if name.startswith("deskside.models"):
             bad = {d for d in deps if d.startswith("deskside.deploy")}
             assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_records_import_only_what_a_store_needs() -> None:
+    """The record store knows where records live, reads and writes them and resolves names
+    to runs and recipes; it knows nothing of runtimes, deploys, commands or checks. Besides
+    the pure recipe and layout it reaches files through safefs, smallfile and a Transport
+    (`locks` for a run's lock, `localnet` for the name of a run's bridge)."""
+    allowed = (
+        "deskside.records",
+        "deskside.errors",
+        "deskside.home",
+        "deskside.safefs",
+        "deskside.smallfile",
+        "deskside.layout",
+        "deskside.recipe",
+        "deskside.transport",
+        "deskside.units",
+        "deskside.locks",
+        "deskside.localnet",
+    )
+    g = graph()
+    seen = 0
+    for name, deps in g.items():
+        if not name.startswith("deskside.records"):
+            continue
+        seen += 1
+        inner = {d for d in deps if d.startswith("deskside.")}
+        bad = {d for d in inner if not d.startswith(allowed)}
+        assert not bad, f"{name} imports {sorted(bad)}"
+    assert seen > 1, "the record store is not where this test looks for it"

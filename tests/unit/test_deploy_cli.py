@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from deskside.cli.app import app
-from deskside.runtime.records import RunNode, RunRecord, load_run, save_run
+from deskside.records.run import RunNode, RunRecord, load_run, save_run
 
 from ..deploy_cases import ensure_tiny_model, loopback_ssh_recipe
 

@@ -302,7 +302,7 @@ def test_scripts_refuse_pids_that_select_groups_or_init(pid: str) -> None:
 def test_a_state_naming_pid_1_does_not_load() -> None:
     from pydantic import ValidationError
 
-    from deskside.runtime.records import NodeState
+    from deskside.records.node import NodeState
 
     base = {"recipe": "r", "node": "n", "role": "head", "node_rank": 0, "release": None}
     base |= {"control": "process", "started_at": "2026-01-01T00:00:00+00:00"}

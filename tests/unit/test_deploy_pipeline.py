@@ -21,9 +21,10 @@ from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
 from deskside.recipe.load import load_recipe
 from deskside.recipe.types import Recipe
+from deskside.records.run import load_run
+from deskside.records.where import run_file
 from deskside.runtime import node_sh
 from deskside.runtime.pipeline import UpOptions, UpReport
-from deskside.runtime.records import load_run, run_file
 from deskside.runtime.status import down, log_tail, open_logs, status
 
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe

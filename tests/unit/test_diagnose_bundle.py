@@ -17,10 +17,11 @@ import httpx
 import pytest
 
 from deskside.diagnose import known, node, procs, stacks
-from deskside.diagnose.bundle import bundle_name, run_of, write_bundle
-from deskside.errors import DesksideError
+from deskside.diagnose.bundle import bundle_name, write_bundle
 from deskside.layout import ENGINE_KEY_ENV
-from deskside.runtime.records import STATE_READ_SH, NodeState, RunNode, RunRecord, save_run
+from deskside.records.node import NodeState
+from deskside.records.read import NODE_READ_SH
+from deskside.records.run import RunNode, RunRecord
 from deskside.secrets import engine_env_path, write_secret
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
@@ -77,7 +78,7 @@ def answering(recipe_dir: str) -> FakeTransport:
     def answer(argv: Sequence[str]) -> Result:
         script = argv[2] if len(argv) > 2 and argv[:2] == ["sh", "-c"] else None
         outputs = {
-            STATE_READ_SH: _state(recipe_dir).model_dump_json(),
+            NODE_READ_SH: _state(recipe_dir).model_dump_json(),
             known.NODE_SECRETS_SH: f"{ENGINE_KEY_ENV}={NODE_KEY}\n",
             node.TAIL_SH: LOG,
             procs.SESSION_PIDS_SH: "session\n500\n501\n",
@@ -226,20 +227,6 @@ def test_bundle_name() -> None:
     when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     assert bundle_name("local-tiny", when) == "deskside-diagnose-local-tiny-20260304T050607Z"
     assert bundle_name("../x y", when).startswith("deskside-diagnose-_x_y-")
-
-
-def test_run_of_a_name_a_recipe_file_and_nothing(home: Path, tmp_path: Path) -> None:
-    run = _record(home)
-    save_run(run)
-    assert run_of(NAME)[0].recipe_name == NAME
-    recipe = tmp_path / "r.yaml"
-    tiny = Path(__file__).parents[2] / "src" / "deskside" / "recipes_data" / "local-tiny.yaml"
-    recipe.write_text(tiny.read_text().replace("name: local-tiny", f"name: {NAME}", 1))
-    found, path = run_of(str(recipe))
-    assert found.recipe_name == NAME and path == recipe
-    with pytest.raises(DesksideError, match="no run named 'nothing-here'") as exc:
-        run_of("nothing-here")
-    assert exc.value.hint is not None and NAME in exc.value.hint
 
 
 def test_cli_names_a_missing_run_without_a_traceback(home: Path, tmp_path: Path) -> None:

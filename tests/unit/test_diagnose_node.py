@@ -12,7 +12,9 @@ import pytest
 from deskside.diagnose import node as diag_node
 from deskside.diagnose import procs
 from deskside.diagnose.node import NodeCollector
-from deskside.runtime.records import STATE_READ_SH, NodeState, RunNode, RunRecord
+from deskside.records.node import NodeState
+from deskside.records.read import NODE_READ_SH
+from deskside.records.run import RunNode, RunRecord
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
@@ -64,7 +66,7 @@ def _transport(state: NodeState, answers: dict[str, str]) -> FakeTransport:
         words = list(argv)
         if words[:2] == ["sh", "-c"]:
             script = words[2]
-            if script == STATE_READ_SH:
+            if script == NODE_READ_SH:
                 return Result(0, state.model_dump_json(), "")
             if script == procs.TREE_SH:
                 return Result(0, TREE, "")

@@ -12,7 +12,7 @@ import pytest
 from deskside.doctor.run import Doctor
 from deskside.doctor.runs import node_layout, own_runs
 from deskside.home import resolve_recipe
-from deskside.runtime.records import NodeState, write_state
+from deskside.records.node import NodeState, write_state
 from deskside.transport.local import LocalTransport
 
 

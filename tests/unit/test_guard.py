@@ -11,12 +11,15 @@ import pytest
 
 from deskside.guard.act import GRACE_SECONDS, engine_stop, node_control
 from deskside.guard.decide import Decision, decide
-from deskside.guard.record import GuardRecord, guard_path, parse_record
 from deskside.guard.watch import Guardian
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Guard, Recipe
+from deskside.records.guard import GuardRecord
+from deskside.records.node import NodeState, state_bytes
+from deskside.records.read import NODE_READ_SH, BadState, parse
+from deskside.records.where import guard_file
+from deskside.records.write import record_bytes
 from deskside.runtime import node_sh
-from deskside.runtime.records import STATE_READ_SH, NodeState, state_bytes
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
@@ -149,9 +152,11 @@ def test_the_record_reads_as_a_reason() -> None:
         "stopped by guard: MemAvailable 3.10 GiB below the floor 5.00 GiB for 30 s at "
         "2026-01-01T00:00:30+00:00"
     )
-    assert parse_record(record.model_dump_json()) == record
-    assert parse_record("{}") is None and parse_record("not json") is None
-    assert guard_path("/srv/r/") == "/srv/r/guard.json"
+    assert parse(record_bytes(record), GuardRecord, "guard.json", "a guard record") == record
+    for bad in ("{}", "not json"):
+        with pytest.raises(BadState, match=r"guard\.json is not a guard record deskside wrote"):
+            parse(bad, GuardRecord, "guard.json", "a guard record")
+    assert guard_file("/srv/r/") == "/srv/r/guard.json"
 
 
 # -- one loop step
@@ -159,7 +164,7 @@ def test_the_record_reads_as_a_reason() -> None:
 
 def _scripted(state: NodeState, alive: bool) -> FakeTransport:
     def answer(argv: Sequence[str]) -> Result:
-        if len(argv) > 2 and argv[2] == STATE_READ_SH:
+        if len(argv) > 2 and argv[2] == NODE_READ_SH:
             return Result(0, state_bytes(state).decode(), "")
         if len(argv) > 2 and argv[2] == node_sh.POLL_SH:
             return Result(0, f"alive={int(alive)} size=0\n", "")
@@ -202,7 +207,7 @@ def test_a_step_past_the_window_stops_the_engine_and_records_why(tmp_path: Path)
     assert guardian.stops == 1 and len(stopped) == 1
     ran = [c[1] for c in t.calls if c[0] == "run"]
     assert node_sh.stop_session(4321, GRACE_SECONDS, 99, state.run_tag) in [list(a) for a in ran]
-    record = parse_record(t.files["/srv/r/guard.json"])
+    record = GuardRecord.model_validate_json(t.files["/srv/r/guard.json"])
     assert record == stopped[0]
     assert record.run_started_at == state.started_at and record.available_bytes == 3 * GIB
 

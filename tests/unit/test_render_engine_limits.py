@@ -16,10 +16,10 @@ from deskside.compose_cli import compose_argv, logs_argv, running_argv
 from deskside.layout import NodeLayout
 from deskside.recipe.serving import Runtime
 from deskside.recipe.types import Recipe
+from deskside.records.node import NodeState
 from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 from deskside.runtime.control import Control
-from deskside.runtime.records import NodeState
 from deskside.units import GIB
 
 from .render_cases import FLAGSHIP, LOCAL_TINY, load_and_plan

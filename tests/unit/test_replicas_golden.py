@@ -13,7 +13,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from deskside.engine.launch import Site, launches
-from deskside.replicas.groups import group_recipes
+from deskside.recipe.groups import group_recipes
 from deskside.replicas.plans import plan_set
 from deskside.replicas.render import render_set
 

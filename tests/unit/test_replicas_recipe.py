@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from deskside.errors import RecipeError
+from deskside.recipe.groups import group_names, group_recipes, group_run_name
 from deskside.recipe.load import format_recipe_error, load_recipe_text
-from deskside.replicas.groups import group_names, group_recipes, group_run_name
 
 from .render_cases import ROOT
 
@@ -126,7 +126,7 @@ def test_shipped_replica_recipes_load_and_split() -> None:
 
 def test_a_node_finds_its_groups_engine_and_one_engine_commands_refuse_a_set() -> None:
     from deskside.errors import UsageError
-    from deskside.replicas.groups import engine_recipe_of, refuse_replica_set
+    from deskside.recipe.groups import engine_recipe_of, refuse_replica_set
 
     recipe = load_recipe_text(BASE)
     assert engine_recipe_of(recipe, "b1").name == "rs-b"

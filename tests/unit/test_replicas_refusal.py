@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from deskside.records.replica_set import ProxyProcess, SetRecord, save_set
 from deskside.replicas.plans import plan_set
-from deskside.replicas.records import ProxyProcess, SetRecord, save_set
 from deskside.replicas.start import up_set
 from deskside.runtime import node_sh
 from deskside.runtime.pipeline import UpOptions

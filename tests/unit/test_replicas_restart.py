@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deskside.runtime.records import RunNode, RunRecord
+from deskside.records.run import RunNode, RunRecord
 from deskside.runtime.restart import _local_spawns
 
 from .render_cases import ROOT, load_recipe_with_model
@@ -68,18 +68,18 @@ def test_a_groups_restart_spawns_its_own_nodes_with_the_engine_key(
 
 
 def test_a_groups_diagnostic_bundle_gets_the_groups_recipe(tmp_path: Path) -> None:
-    from deskside.diagnose.bundle import run_recipe
+    from deskside.diagnose.bundle import bundle_recipe
 
     run = group_run(
         "local-replicas-b",
         [("rep-b0", "head", "10.79.1.1"), ("rep-b1", "worker", "10.79.1.2")],
         tmp_path,
     )
-    recipe, path, why = run_recipe(run)
+    recipe, path, why = bundle_recipe(run)
     assert why is None and path == SET_FILE
     assert recipe is not None and recipe.name == "local-replicas-b"
     assert [n.name for n in recipe.cluster.nodes] == ["rep-b0", "rep-b1"]
     other = run.model_copy(update={"recipe_name": "local-replicas-z"})
-    assert run_recipe(other)[2] == (
+    assert bundle_recipe(other)[2] == (
         f"{SET_FILE} is now recipe 'local-replicas', not 'local-replicas-z'"
     )

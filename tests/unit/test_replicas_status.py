@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deskside.replicas.records import ProxyProcess, SetRecord
+from deskside.records.replica_set import ProxyProcess, SetRecord
 from deskside.replicas.status import proxy_health, set_verdict
 
 
@@ -76,8 +76,8 @@ def test_a_run_command_given_a_set_names_its_groups(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from deskside.errors import DesksideError
-    from deskside.replicas.records import load_set, save_set
-    from deskside.runtime.records import find_run
+    from deskside.records.names import find_run
+    from deskside.records.replica_set import load_set, save_set
 
     monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path))
     save_set(record(None))
@@ -93,7 +93,7 @@ def test_status_without_a_name_finds_the_only_set(tmp_path: Path) -> None:
     groups have no run and its proxy none, so it is DOWN (exit 1) with both groups named."""
     import json
 
-    from deskside.replicas.records import save_set
+    from deskside.records.replica_set import save_set
 
     from ..cli_process import deskside
 

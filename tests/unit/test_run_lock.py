@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deskside.runtime.records import run_lock
+from deskside.records.names import run_lock
 
 from ..cli_process import deskside as run_deskside
 
@@ -54,7 +54,7 @@ def test_the_lock_of_a_dead_holder_is_taken_over(tmp_path: Path) -> None:
     home = tmp_path / "home"
     code = (
         "import os\n"
-        "from deskside.runtime.records import run_lock\n"
+        "from deskside.records.names import run_lock\n"
         "lock = run_lock('x')\n"
         "lock.__enter__()\n"
         "os._exit(0)  # dies holding it, the lock file left behind\n"

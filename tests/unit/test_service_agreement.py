@@ -23,12 +23,12 @@ from deskside.deploy import releases as rel
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
+from deskside.records.node import ServiceName
 from deskside.render.assemble import render
 from deskside.render.bundle import Bundle
 from deskside.runtime.local import LocalStart
 from deskside.runtime.ops import Spawn
 from deskside.runtime.pipeline import UpOptions
-from deskside.runtime.records import ServiceName
 from deskside.runtime.transports import HERE
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport

@@ -3,13 +3,21 @@ and after the backoff; never for another state."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from deskside.exporter.cluster import cluster_series
 from deskside.recipe.survive import Recover
+from deskside.records.node_files import read_survive_here
+from deskside.records.read import BadState
+from deskside.records.survive import RestartRecord, SurviveRecord
+from deskside.records.where import survive_file
+from deskside.records.write import record_bytes
 from deskside.survive.classify import DEGRADED, READY, WEDGED
-from deskside.survive.recovery import RestartRecord, SurviveRecord, decide, parse_survive
+from deskside.survive.recovery import decide
 
 ON = Recover(enabled=True, wedged_for=20, max_restarts=2, period=3600, backoff=300)
 
@@ -49,7 +57,7 @@ def test_the_budget_stops_a_loop() -> None:
     assert decide(WEDGED, 4200, ON, spent, wedged_since=0).action == "restart"
 
 
-def test_record_round_trip_and_exporter_series() -> None:
+def test_record_round_trip_and_exporter_series(tmp_path: Path) -> None:
     record = SurviveRecord(
         recipe="r",
         run_started_at="2026-01-01T00:00:00+00:00",
@@ -61,9 +69,14 @@ def test_record_round_trip_and_exporter_series() -> None:
         max_restarts=1,
         restarts=[restart(900)],
     )
-    again = parse_survive(record.model_dump_json())
+    path = Path(survive_file(str(tmp_path)))
+    assert read_survive_here(tmp_path) is None
+    path.write_bytes(record_bytes(record))
+    again = read_survive_here(tmp_path)
     assert again == record and again.exhausted(1000.0) and not again.exhausted(4600.0)
-    assert parse_survive("{not json") is None
+    path.write_text("{not json")
+    with pytest.raises(BadState, match=r"survive\.json is not a watcher record deskside wrote"):
+        read_survive_here(tmp_path)
     registry = CollectorRegistry(auto_describe=False)
 
     class One:

@@ -167,7 +167,7 @@ def bench(
     try:
         if url is None:
             # the cluster `deskside up` started, when exactly one runs
-            from deskside.runtime.records import find_run
+            from deskside.records.names import find_run
 
             try:
                 running = find_run(None)

@@ -36,14 +36,16 @@ def diagnose(
     (py-spy when the node has it, kernel stacks as root) and the exporter's metrics; the
     head's /metrics, status, plan, lock, fabric and doctor findings. The run's secrets are
     scrubbed out; a piece that cannot be collected is listed in MANIFEST.json."""
-    from deskside.diagnose.bundle import run_of, write_bundle
+    from deskside.diagnose.bundle import write_bundle
+    from deskside.records.names import find_run, recipe_file_named
     from deskside.runtime.transports import transport_for
 
     def progress(message: str) -> None:
         err.print(f"[dim]{shown(message)}[/]", highlight=False)
 
     try:
-        run, recipe_path = run_of(recipe)
+        run = find_run(recipe)
+        recipe_path = recipe_file_named(recipe)
         transports = (
             {n.name: transport_for(n, known_hosts) for n in run.nodes} if known_hosts else None
         )

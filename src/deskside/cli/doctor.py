@@ -104,7 +104,7 @@ def doctor(
     remains."""
     from deskside.doctor.run import Doctor
     from deskside.home import resolve_recipe
-    from deskside.replicas.groups import refuse_replica_set
+    from deskside.recipe.groups import refuse_replica_set
     from deskside.runtime.transports import transport_for
 
     try:

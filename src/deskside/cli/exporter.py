@@ -96,7 +96,7 @@ def exporter(
     def warn(message: str) -> None:
         err.print(f"[yellow]warning:[/] {shown(message)}", highlight=False)
 
-    from deskside.replicas.groups import engine_recipe_of
+    from deskside.recipe.groups import engine_recipe_of
 
     try:
         loaded, path = resolve_recipe(recipe)

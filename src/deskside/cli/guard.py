@@ -119,7 +119,7 @@ def guard(
     from types import FrameType
 
     from deskside.home import resolve_recipe
-    from deskside.replicas.groups import engine_recipe_of
+    from deskside.recipe.groups import engine_recipe_of
     from deskside.units import format_bytes
 
     try:

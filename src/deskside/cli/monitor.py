@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -46,7 +45,7 @@ def check(recipe: RecipeArg, prometheus: PrometheusOpt = None, as_json: JsonFlag
     from deskside.monitor.top import prometheus_url
     from deskside.monitor.view import check_table
     from deskside.planner.inputs import plan_recipe
-    from deskside.replicas.groups import refuse_replica_set
+    from deskside.recipe.groups import refuse_replica_set
 
     try:
         loaded, path = resolve_recipe(recipe)
@@ -105,25 +104,21 @@ def top(
     tokens per second and speculative acceptance; the alerts firing. Reads Prometheus when
     it answers, else every /metrics endpoint directly."""
     from deskside.monitor.top import Watcher, target_of
-    from deskside.recipe.load import load_recipe
-    from deskside.runtime.records import find_run
-    from deskside.runtime.run_recipe import load_run_recipe
+    from deskside.records.names import find_run, recipe_file_named
+    from deskside.records.recipes import load_run_recipe, run_recipe
 
     try:
         if not 0.1 <= interval <= 3600:
             raise UsageError("--interval must be between 0.1 and 3600 seconds")
-        loaded = None
-        name = recipe
-        if recipe is not None and Path(recipe).is_file():
-            loaded = load_recipe(Path(recipe))
-            name = loaded.name
         try:
-            run = find_run(name)
+            run = find_run(recipe)
         except DesksideError as exc:  # `top` names its run as an argument, not --recipe
             if exc.hint:
                 exc.hint = exc.hint.replace("--recipe NAME", "deskside top NAME")
             raise
-        target = target_of(run, loaded or load_run_recipe(run), prometheus)
+        given = recipe_file_named(recipe) if recipe is not None else None
+        loaded = run_recipe(run, given)[0] if given is not None else load_run_recipe(run)
+        target = target_of(run, loaded, prometheus)
         watcher = Watcher(target, interval=interval)
     except DesksideError as exc:
         fail(exc, as_json)

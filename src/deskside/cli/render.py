@@ -31,7 +31,7 @@ def _render(recipe_arg: str, force: bool, one_engine: bool = False) -> tuple[Rec
 
     recipe, path = resolve_recipe(recipe_arg)
     if one_engine:
-        from deskside.replicas.groups import refuse_replica_set
+        from deskside.recipe.groups import refuse_replica_set
 
         refuse_replica_set(recipe, "diff")
     if recipe.replicas is not None:

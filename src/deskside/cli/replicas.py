@@ -14,7 +14,7 @@ from deskside.terminal import shown
 
 if TYPE_CHECKING:
     from deskside.recipe.types import Recipe
-    from deskside.replicas.records import SetRecord
+    from deskside.records.replica_set import SetRecord
     from deskside.replicas.start import SetReport
     from deskside.replicas.status import SetStatus
 
@@ -28,10 +28,10 @@ def up_set_command(
     as_json: bool,
 ) -> None:
     """Start every group, then the proxy (raises DesksideError for a refusal)."""
+    from deskside.records.names import run_lock
     from deskside.replicas.plans import plan_set, set_refusal
     from deskside.replicas.start import up_set
     from deskside.runtime.pipeline import UpOptions
-    from deskside.runtime.records import run_lock
 
     plans = plan_set(loaded, path)
     refusal = set_refusal(plans)
@@ -76,27 +76,9 @@ def print_set_up(r: SetReport) -> None:
             err.print(f"  stopped again: groups {shown(', '.join(r.stopped_groups))}")
 
 
-def find_set(name: str | None) -> SetRecord | None:
-    """The replica set `name` when one is recorded; without a name, the one set whose
-    groups are every run there is (None otherwise)."""
-    from deskside.home import runs_dir
-    from deskside.replicas.records import load_set
-    from deskside.runtime.records import SET_FILE, run_names
-
-    if name is not None:
-        return load_set(name)
-    sets = sorted(p.parent.name for p in runs_dir().glob(f"*/{SET_FILE}"))
-    if len(sets) != 1:
-        return None
-    record = load_set(sets[0])
-    if record is None or not set(run_names()) <= {record.group_run(g) for g in record.groups}:
-        return None
-    return record
-
-
 def down_set_command(record: SetRecord, group: str | None, as_json: bool) -> None:
+    from deskside.records.names import run_lock
     from deskside.replicas.start import down_set
-    from deskside.runtime.records import run_lock
 
     with run_lock(record.recipe_name):
         leftovers = down_set(record, group=group)

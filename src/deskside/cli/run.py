@@ -53,8 +53,8 @@ def up(
     from deskside.cli.report import print_up
     from deskside.home import is_embedded, resolve_recipe
     from deskside.planner.inputs import plan_recipe
+    from deskside.records.names import run_lock
     from deskside.runtime.pipeline import UpOptions
-    from deskside.runtime.records import run_lock
     from deskside.runtime.select import runtime_for
 
     try:
@@ -104,8 +104,16 @@ def down(
     """Stop the run: engines head first (SIGTERM, SIGKILL after a grace period, or their
     systemd unit / Compose project), then the proxy; a run on this machine also loses the
     shared memory it left and the network namespaces it created."""
-    from deskside.runtime.records import find_run, only_run_name, pick_run, run_lock
-    from deskside.runtime.records import forget as forget_run
+    from deskside.records.names import (
+        find_run,
+        is_replica_set,
+        only_run_name,
+        resolve,
+        run_lock,
+        running_name,
+    )
+    from deskside.records.replica_set import SetRecord
+    from deskside.records.run import forget as forget_run
     from deskside.runtime.select import runtime_of
 
     if forget:
@@ -121,17 +129,17 @@ def down(
             out.print(f"{shown(name)}: forgot {len(removed)} record(s); nothing was signalled")
         return
     try:
-        from deskside.cli.replicas import down_set_command, find_set
+        from deskside.cli.replicas import down_set_command
 
-        if (replica_set := find_set(run)) is not None:
-            down_set_command(replica_set, group, as_json)
+        name = running_name(run)
+        if is_replica_set(name) and isinstance(found := resolve(name), SetRecord):
+            down_set_command(found, group, as_json)
             return
         if group is not None:
             raise DesksideError(
                 "--group stops one group of a replica set", hint="deskside down --recipe SET"
             )
-        name = pick_run(run)
-        with run_lock(name):
+        with run_lock(name):  # its record is read under the lock
             record = find_run(name)
             leftovers = runtime_of(record, known_hosts).down(record)
     except DesksideError as exc:
@@ -153,17 +161,18 @@ def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag
     the suspected nodes named); KV usage and requests from /metrics; what `deskside watch`
     last did. Exit 1 unless READY."""
     from deskside.cli.report import print_status
-    from deskside.runtime.records import find_run
+    from deskside.records.names import resolve
+    from deskside.records.replica_set import SetRecord
     from deskside.runtime.select import runtime_of
 
     try:
-        from deskside.cli.replicas import find_set, status_set_command
+        from deskside.cli.replicas import status_set_command
 
-        if (replica_set := find_set(run)) is not None:
-            status_set_command(replica_set, known_hosts, as_json)
+        found = resolve(run)
+        if isinstance(found, SetRecord):
+            status_set_command(found, known_hosts, as_json)
             return
-        record = find_run(run)
-        st = runtime_of(record, known_hosts).status(record)
+        st = runtime_of(found, known_hosts).status(found)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
@@ -183,7 +192,7 @@ def logs(
     as_json: JsonFlag = False,
 ) -> None:
     """Print (and follow) the engine logs of the run's nodes."""
-    from deskside.runtime.records import find_run
+    from deskside.records.names import find_run
     from deskside.runtime.select import runtime_of
     from deskside.runtime.status import log_follow, log_tail
 

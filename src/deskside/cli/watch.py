@@ -32,7 +32,7 @@ def watch(
     recipe's survive.recover.enabled: write a diagnostic bundle, then restart the engines
     (workers first), within the recovery budget; never in a loop. Runs until the run is
     stopped (`deskside down`) or SIGTERM. A run on this machine starts one by itself."""
-    from deskside.runtime.records import find_run
+    from deskside.records.names import find_run
     from deskside.runtime.watch import Watch
 
     stopping = False

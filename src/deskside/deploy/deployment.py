@@ -18,12 +18,13 @@ from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Node, Recipe
+from deskside.records.node import NodeState
+from deskside.records.run import RunNode, RunRecord, save_run
 from deskside.render import lock as lockfile
 from deskside.render.bundle import Bundle
 from deskside.runtime.control import Control
 from deskside.runtime.ops import Executed, Op
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport
-from deskside.runtime.records import NodeState, RunNode, RunRecord, save_run
 from deskside.transport.base import Transport
 
 Clock = Callable[[], datetime]

@@ -11,9 +11,9 @@ import time
 from deskside.deploy.deployment import Deployment
 from deskside.deploy.stages import switch_back
 from deskside.deploy.start import contract, start_waves, wait_started
+from deskside.records.node import NodeState, remove_state
 from deskside.runtime.ops import Executed, at_once, execute_waves
 from deskside.runtime.pipeline import RollbackRecord, describe
-from deskside.runtime.records import NodeState, remove_state
 
 
 def _stop(d: Deployment, states: dict[str, NodeState]) -> list[str]:

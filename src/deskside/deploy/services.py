@@ -19,13 +19,13 @@ from typing import cast
 
 from deskside.deploy.deployment import Deployment
 from deskside.engine.services import Service
+from deskside.records.node import ComposeProject, NodeState, ServiceName
 from deskside.render import services as rendered
 from deskside.render import units
 from deskside.render.context import build_context
 from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG
 from deskside.runtime.ops import Amend, Op, Run, Spawn
-from deskside.runtime.records import ComposeProject, NodeState, ServiceName
 
 
 def service_ops(

@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 from deskside import secrets
 from deskside.deploy.deployment import Deployment, iso
 from deskside.deploy.services import service_ops
+from deskside.records.node import NodeState
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import watched
 from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, at_once, stamp
 from deskside.runtime.pipeline import Outcome
 from deskside.runtime.ready import Watched, wait_ready
-from deskside.runtime.records import NodeState
 from deskside.runtime.service_start import wait_services
 
 

@@ -20,8 +20,8 @@ from deskside.facts.drift import NodeShared
 from deskside.facts.model_folder import Snapshot
 from deskside.models.check import snapshot_fact
 from deskside.recipe.types import Node
+from deskside.records.node import NodeState, read_state
 from deskside.runtime.control import Control
-from deskside.runtime.records import NodeState, read_state
 
 TIMEOUT = 120.0  # the NCCL library's sha256 reads a few hundred megabytes
 

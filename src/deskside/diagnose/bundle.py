@@ -62,7 +62,8 @@ from deskside.diagnose.node import NodeCollector
 from deskside.diagnose.scrub import Scrubber, dropped
 from deskside.errors import DesksideError, UsageError
 from deskside.recipe.types import Recipe
-from deskside.runtime.records import RunRecord
+from deskside.records.recipes import run_recipe
+from deskside.records.run import RunRecord
 from deskside.runtime.transports import transport_for
 from deskside.safefs import PRIVATE_DIR, create_file
 from deskside.transport.base import Transport
@@ -88,31 +89,14 @@ def bundle_name(recipe_name: str, when: datetime) -> str:
     return f"deskside-diagnose-{safe_name(recipe_name)}-{stamp}"
 
 
-def run_recipe(
+def bundle_recipe(
     run: RunRecord, recipe_path: Path | None = None
 ) -> tuple[Recipe | None, Path, str | None]:
     """The recipe the run started from (or `recipe_path`): (recipe, its path, why not)."""
-    from deskside.home import deskside_home, embedded_recipes, resolve_recipe
-
-    path = Path(recipe_path or run.recipe)
     try:
-        if path.exists():
-            recipe, _ = resolve_recipe(path, make_model=False)
-        elif path.stem in embedded_recipes() and path.parent == deskside_home():
-            recipe, _ = resolve_recipe(path.stem, make_model=False)
-        else:
-            return None, path, f"the recipe file {path} is gone"
+        recipe, path = run_recipe(run, recipe_path)
     except DesksideError as exc:
-        return None, path, exc.message
-    if run.replica_set is not None and recipe.name == run.replica_set:
-        from deskside.replicas.groups import group_recipes
-
-        # a replica group's run: its own recipe within the set's
-        one = {g.name: g for g in group_recipes(recipe).values()}.get(run.recipe_name)
-        if one is not None:
-            return one, path, None
-    if recipe.name != run.recipe_name:
-        return None, path, f"{path} is now recipe {recipe.name!r}, not {run.recipe_name!r}"
+        return None, Path(recipe_path or run.recipe), exc.message
     return recipe, path, None
 
 
@@ -183,7 +167,7 @@ def write_bundle(
         n.name: given[n.name] if n.name in given else transport_for(n, run.known_hosts)
         for n in run.nodes
     }
-    recipe, path, recipe_error = run_recipe(run, recipe_path)
+    recipe, path, recipe_error = bundle_recipe(run, recipe_path)
     scrubber = Scrubber()
     with contextlib.suppress(OSError, DesksideError):  # the patterns still apply
         scrubber.add(local_secrets(run.recipe_name, recipe))
@@ -227,29 +211,4 @@ def write_bundle(
         path=saved,
         members=[MANIFEST, *(m.name for m in members if m.present)],
         errors=errors(members),
-    )
-
-
-def run_of(arg: str) -> tuple[RunRecord, Path | None]:
-    """The run `arg` names: a recorded run's name, or the recipe file it started from (then
-    also that file's path, read instead of the recorded one)."""
-    from deskside.recipe.load import load_recipe
-    from deskside.runtime.records import RUN_NAME_RE, load_run, run_names
-
-    if RUN_NAME_RE.fullmatch(arg) and (run := load_run(arg)) is not None:
-        return run, None
-    path = Path(arg)
-    known = ", ".join(run_names()) or "none"
-    if path.is_file():
-        recipe = load_recipe(path)
-        run = load_run(recipe.name)
-        if run is None:
-            raise DesksideError(
-                f"no run of recipe {recipe.name!r} ({path})",
-                hint=f"runs deskside knows here: {known}",
-            )
-        return run, path
-    raise DesksideError(
-        f"no run named {arg!r}, and no recipe file there",
-        hint=f"name a run (runs deskside knows here: {known}) or the recipe file it started from",
     )

@@ -17,8 +17,8 @@ import httpx
 from deskside.diagnose.manifest import Member
 from deskside.errors import DesksideError
 from deskside.recipe.types import Recipe
+from deskside.records.run import RunRecord
 from deskside.render.lock import LOCK_PATH
-from deskside.runtime.records import RunRecord
 from deskside.smallfile import read_small_file
 from deskside.transport.base import Transport
 

@@ -33,8 +33,9 @@ from deskside.diagnose.stacks import python_dirs, stacks_command, stacks_timeout
 from deskside.errors import DesksideError
 from deskside.exporter.series import EXPORTER_PORT
 from deskside.recipe.types import Recipe
+from deskside.records.node import NodeState, read_state
+from deskside.records.run import RunNode, RunRecord
 from deskside.runtime.control import Control
-from deskside.runtime.records import NodeState, RunNode, RunRecord, read_state
 from deskside.runtime.status import control_of, login_control
 from deskside.transport.base import Result, Transport
 from deskside.transport.ssh import SshError

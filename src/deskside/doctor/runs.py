@@ -12,17 +12,13 @@ from dataclasses import dataclass, field
 
 from deskside.doctor.findings import Finding
 from deskside.errors import DesksideError
-from deskside.home import runs_dir
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Node, Recipe
+from deskside.records.node import read_state
+from deskside.records.read import BadState
+from deskside.records.run import RunRecord, load_run
+from deskside.records.where import local_node_dir, run_file
 from deskside.runtime.control import Control
-from deskside.runtime.records import (
-    BadState,
-    RunRecord,
-    load_run,
-    read_state,
-    run_file,
-)
 from deskside.runtime.status import login_control
 from deskside.runtime.transports import HERE, transport_for
 from deskside.transport.base import Transport
@@ -48,7 +44,7 @@ def node_layout(recipe: Recipe, run: RunRecord | None, node: Node) -> NodeLayout
         if rn is not None:
             return run.layout(rn)
     if node.ssh is None:
-        return NodeLayout.at(str(runs_dir() / recipe.name / "nodes" / node.name), recipe.name)
+        return NodeLayout.at(str(local_node_dir(recipe.name, node.name)), recipe.name)
     return NodeLayout.of(recipe)
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from deskside.doctor.findings import Finding
-from deskside.runtime.records import SERVICE_NAMES
+from deskside.records.node import SERVICE_NAMES
 from deskside.units import format_bytes
 
 SCAN_SH = r"""

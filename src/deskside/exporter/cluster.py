@@ -10,20 +10,20 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from deskside.exporter import series
+from deskside.records.node_files import read_survive_here
+from deskside.records.read import BadState
+from deskside.records.survive import SurviveRecord
 from deskside.survive.classify import DEGRADED, DOWN, READY, STARTING, WEDGED
-from deskside.survive.recovery import MAX_SURVIVE_BYTES, SurviveRecord, parse_survive, survive_path
 
 STATES = (READY, STARTING, DEGRADED, WEDGED, DOWN)
 
 
 def read_record(state_dir: Path) -> SurviveRecord | None:
-    path = Path(survive_path(str(state_dir)))
+    """What the watcher last wrote; None when nothing did or it cannot be trusted."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_SURVIVE_BYTES + 1)
-    except OSError:
+        return read_survive_here(state_dir)
+    except BadState:
         return None
-    return None if len(data) > MAX_SURVIVE_BYTES else parse_survive(data)
 
 
 def cluster_series(node: str, record: SurviveRecord, now: float | None = None) -> Iterator[Metric]:

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from deskside.errors import DesksideError
-from deskside.guard.record import GuardRecord, guard_path
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Recipe
+from deskside.records.guard import GuardRecord
+from deskside.records.node import NodeState, read_state
+from deskside.records.node_files import write_guard
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
-from deskside.runtime.records import NodeState, read_state
 from deskside.transport.base import Transport
 
 GRACE_SECONDS = 20.0  # as `deskside down`: SIGTERM, then SIGKILL after this long
@@ -109,5 +110,5 @@ def stop_engine(
     )
     # the stop matters more than its record; the guard's log line says it too
     with contextlib.suppress(OSError, DesksideError):
-        t.put(record.model_dump_json(indent=2).encode() + b"\n", guard_path(layout.recipe_dir))
+        write_guard(t, layout.recipe_dir, record)
     return record

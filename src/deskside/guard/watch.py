@@ -15,9 +15,9 @@ from deskside.errors import DesksideError
 from deskside.facts.memory import Available, read_available
 from deskside.guard.act import Low, stop_engine
 from deskside.guard.decide import Decision, decide
-from deskside.guard.record import GuardRecord
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Recipe
+from deskside.records.guard import GuardRecord
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 from deskside.units import format_bytes

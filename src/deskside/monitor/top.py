@@ -27,7 +27,7 @@ from deskside.monitor.readings import (
 )
 from deskside.monitor.snapshot import NodeSpec, Snapshot, build_snapshot
 from deskside.recipe.types import Recipe
-from deskside.runtime.records import RunRecord
+from deskside.records.run import RunRecord
 
 
 def http_host(address: str) -> str:

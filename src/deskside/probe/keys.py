@@ -10,7 +10,7 @@ from pathlib import Path
 from deskside import secrets
 from deskside.errors import DesksideError
 from deskside.recipe.types import Recipe
-from deskside.runtime.records import RunRecord
+from deskside.records.run import RunRecord
 from deskside.runtime.transports import transport_for
 
 HINT = "probe from the machine that ran `deskside up` for this recipe: the keys live there"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from deskside.recipe.rules import flag_name
 from deskside.recipe.types import Recipe
-from deskside.runtime.records import RunRecord
+from deskside.records.run import RunRecord
 
 # The DSpark engine image reads this variable: client stop strings stay dormant until the
 # reasoning ends at </think>. Upstream vLLM has no such setting.

@@ -12,6 +12,7 @@ Modules, innermost first:
 - `values`: the value types (one field checked on its own: hosts, byte sizes, revisions...);
 - `cluster`, `serving`: the section models; `rules`: checks across fields;
 - `types`: `Recipe` and every model, imported from here by the rest of deskside;
+- `groups`: each group of a replica set as a recipe of its own;
 - `schema`: the JSON Schema for editors;
 - `wording`: pydantic's errors in plain words; `yaml_tree`: YAML to plain data with
   positions; `locate`: validation with every problem at its key;

@@ -3,7 +3,7 @@ LiteLLM proxy, and the rules that tie its groups to `cluster.nodes` and `engine`
 
 Each group is a whole engine (a head and its workers, `engine.tensor_parallel_size` ×
 `engine.pipeline_parallel_size` ranks over `engine.nnodes` nodes) and runs as a cluster of
-its own (`deskside.replicas.groups`); the proxy spreads requests over the groups.
+its own (`deskside.recipe.groups`); the proxy spreads requests over the groups.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ class Recipe(BaseModel):
         description="Several engine groups over cluster.nodes serving the same names behind "
         "one LiteLLM proxy. None: the nodes are one engine.",
     )
-    # Set on the recipes `deskside.replicas.groups` derives for each group: the replica
+    # Set on the recipes `deskside.recipe.groups` derives for each group: the replica
     # set's name. Such a group's engine requires its key (the set's proxy fronts it) but the
     # group runs no proxy of its own. Not a recipe key.
     _replica_set: str | None = PrivateAttr(None)

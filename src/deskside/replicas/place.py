@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deskside import secrets
-from deskside.home import runs_dir
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Recipe
-from deskside.replicas.records import SetRecord
-from deskside.runtime.records import load_run
+from deskside.records.replica_set import SetRecord
+from deskside.records.run import load_run
+from deskside.records.where import run_dir
 from deskside.runtime.transports import transport_for
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
@@ -39,7 +39,7 @@ class ProxyPlace:
 def proxy_place(recipe: Recipe) -> ProxyPlace:
     front = recipe.head
     if front.ssh is None:
-        folder = runs_dir() / recipe.name / PROXY_FOLDER
+        folder = run_dir(recipe.name) / PROXY_FOLDER
         keys = secrets.secrets_dir(recipe.name)
         master = secrets.master_key_file(recipe, keys)
         return ProxyPlace(None, str(folder), str(keys), master, str(folder))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from deskside.planner.inputs import Overrides, plan_recipe
 from deskside.planner.plan import Plan
+from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
-from deskside.replicas.groups import group_recipes
 
 
 def plan_set(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -> dict[str, Plan]:

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from deskside.engine.services import PROXY_CONFIG, PROXY_SCRIPT, url
 from deskside.planner.plan import Plan
+from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
 from deskside.render.assemble import render
 from deskside.render.bundle import MODE_FILE, MODE_SCRIPT, Bundle
 from deskside.render.context import printable_name
 from deskside.render.proxy import render_run_proxy
-from deskside.replicas.groups import group_recipes
 from deskside.replicas.proxy import proxy_host, render_set_config
 
 GROUPS_DIR = "groups"

@@ -21,17 +21,17 @@ from deskside import secrets
 from deskside.deploy.releases import private_dir
 from deskside.errors import DesksideError
 from deskside.planner.plan import Plan
+from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
-from deskside.replicas.groups import group_recipes
+from deskside.records.replica_set import ProxyProcess, SetRecord, load_set, remove_set, save_set
+from deskside.records.run import load_run
 from deskside.replicas.place import proxy_place, proxy_transport, recorded_transport
 from deskside.replicas.proxy import engines_env_text, set_proxy
-from deskside.replicas.records import ProxyProcess, SetRecord, load_set, remove_set, save_set
 from deskside.replicas.render import proxy_files, proxy_url
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract, wait_proxy
 from deskside.runtime.ops import stamp
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport, describe
-from deskside.runtime.records import load_run
 from deskside.runtime.services import litellm_program
 from deskside.transport.base import Transport
 

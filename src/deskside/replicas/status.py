@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from deskside.replicas.records import SetRecord
-from deskside.runtime.records import load_run
+from deskside.records.replica_set import SetRecord
+from deskside.records.run import load_run
 from deskside.runtime.status import ClusterStatus
 
 ORDER = ("WEDGED", "STARTING", "DEGRADED", "DOWN")

@@ -9,8 +9,8 @@ from typing import Protocol
 
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
+from deskside.records.run import RunRecord
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport
-from deskside.runtime.records import RunRecord
 from deskside.runtime.status import ClusterStatus, NodeLog
 
 

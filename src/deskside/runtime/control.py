@@ -21,10 +21,11 @@ from dataclasses import dataclass, replace
 from deskside.compose_cli import compose_argv, logs_argv, running_argv
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
+from deskside.records.node import ControlKind, NodeState, ServiceState
+from deskside.records.run import ComposeProgram
 from deskside.runtime import node_sh
 from deskside.runtime.ops import Op, Record, Run, Spawn
 from deskside.runtime.ready import Watched
-from deskside.runtime.records import ComposeProgram, ControlKind, NodeState, ServiceState
 from deskside.transport.base import Result, Transport
 
 UNIT_DIR = "/etc/systemd/system"

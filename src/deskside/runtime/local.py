@@ -30,10 +30,12 @@ from deskside.engine.launch import NodeLaunch, Site, launches
 from deskside.engine.services import Service, services
 from deskside.errors import DesksideError, PlanRefused
 from deskside.facts.drift import refusal_text
-from deskside.home import runs_dir
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
+from deskside.records import where
+from deskside.records.node import NodeState
+from deskside.records.run import LocalNetwork, RunNode, RunRecord, load_run, save_run
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import Control, control_kind, watched
@@ -48,14 +50,6 @@ from deskside.runtime.pipeline import (
     run_stages,
 )
 from deskside.runtime.ready import wait_ready
-from deskside.runtime.records import (
-    LocalNetwork,
-    NodeState,
-    RunNode,
-    RunRecord,
-    load_run,
-    save_run,
-)
 from deskside.runtime.service_start import wait_services, write_service_files
 from deskside.runtime.services import local_site, missing, with_env_file
 from deskside.runtime.status import RunCommands, down, status
@@ -84,10 +78,10 @@ class LocalStart:
     ) -> None:
         self.recipe, self.recipe_path, self.plan = recipe, recipe_path, plan
         self.options, self.say, self.now = options, say, now
-        run_dir = runs_dir() / recipe.name
+        run_dir = where.run_dir(recipe.name)
         self.run_dir = run_dir
         self.layouts = {
-            n.name: NodeLayout.at(str(run_dir / "nodes" / n.name), recipe.name)
+            n.name: NodeLayout.at(str(where.local_node_dir(recipe.name, n.name)), recipe.name)
             for n in recipe.cluster.nodes
         }
         self.site = Site.this_machine(recipe, recipe_path, python, str(run_dir))
@@ -273,7 +267,7 @@ class LocalStart:
         return secrets.engine_auth(self.recipe.name, self._behind_proxy)
 
     def start(self) -> Outcome:
-        ops: list[Op] = [Local(f"record the run in {runs_dir() / self.recipe.name}", self._save)]
+        ops: list[Op] = [Local(f"record the run in {where.run_dir(self.recipe.name)}", self._save)]
         if self._behind_proxy:
             key = self.service_site.engine_env
             ops.insert(0, Local(f"the engine key in {key}", self._engine_key))

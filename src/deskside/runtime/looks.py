@@ -1,31 +1,27 @@
 """Taking looks at a running cluster and keeping their series (`deskside status`,
-`deskside watch`): the head's /metrics and every node's engine processes, appended to
-`$DESKSIDE_HOME/runs/<recipe>/looks.jsonl`, and the verdict of the whole series
+`deskside watch`): the head's /metrics and every node's engine processes, appended to the
+run's series (`deskside.records.looks`), and the verdict of the whole series
 (`deskside.survive.classify`)."""
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 import httpx
 
 from deskside.engine.http import TIMEOUT, parse_metrics
 from deskside.errors import DesksideError
-from deskside.home import runs_dir
 from deskside.recipe.survive import Survive
+from deskside.records.looks import append_look_line, look_lines
+from deskside.records.node import NodeState
+from deskside.records.run import RunNode, RunRecord
 from deskside.runtime.control import Control
 from deskside.runtime.proc_sample import cgroup_sample, parse_sample, session_sample
-from deskside.runtime.records import LOOKS_FILE, NodeState, RunNode, RunRecord
 from deskside.survive.classify import Verdict, classify
 from deskside.survive.history import Look, observations, series
 from deskside.survive.observe import EngineSample, ProcessSample, Thresholds
 from deskside.transport.base import Transport
-
-MAX_LOOKS_BYTES = 8 << 20  # past this the series is cut to its newer half
 
 
 def engine_sample(client: httpx.Client, url: str, at: float) -> EngineSample:
@@ -86,39 +82,12 @@ def series_key(run: RunRecord, head_state: NodeState | None) -> str:
     return f"{run.started_at}/{head_state.started_at if head_state else '-'}"
 
 
-def looks_path(recipe_name: str) -> Path:
-    return runs_dir() / recipe_name / LOOKS_FILE
-
-
 def append_look(recipe_name: str, look: Look) -> None:
-    path = looks_path(recipe_name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if os.fstat(fd).st_size > MAX_LOOKS_BYTES:
-            _halve(path)
-        os.write(fd, (look.to_json() + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def _halve(path: Path) -> None:
-    data = path.read_bytes()
-    keep = data[len(data) // 2 :]
-    keep = keep[keep.find(b"\n") + 1 :]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(keep)
-    os.replace(tmp, path)
+    append_look_line(recipe_name, look.to_json())
 
 
 def load_looks(recipe_name: str, key: str, now: float) -> list[Look]:
-    path = looks_path(recipe_name)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return series(f, key, now)
-    except OSError:
-        return []
+    return series(look_lines(recipe_name), key, now)
 
 
 def thresholds(survive: Survive | None) -> Thresholds:

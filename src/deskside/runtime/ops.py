@@ -26,8 +26,8 @@ from typing import Literal, TypeVar
 
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
+from deskside.records.node import NodeState, ServiceName, ServiceState, write_state
 from deskside.runtime import node_sh
-from deskside.runtime.records import NodeState, ServiceName, ServiceState, write_state
 from deskside.transport.base import Transport
 
 

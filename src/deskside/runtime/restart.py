@@ -14,17 +14,17 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 
 from deskside import secrets
 from deskside.errors import DesksideError
+from deskside.records.node import NodeState, read_state
+from deskside.records.run import RunNode, RunRecord
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control, watched
 from deskside.runtime.ops import Executed, Op, Record, Run, Spawn, execute, stamp
 from deskside.runtime.ready import wait_ready
-from deskside.runtime.records import NodeState, RunNode, RunRecord, read_state
 from deskside.transport.base import Transport
 
 Say = Callable[[str], None]
@@ -51,16 +51,12 @@ def stop_engine(control: Control, state: NodeState, grace: float) -> list[list[s
 
 def _local_spawns(run: RunRecord, say: Say) -> dict[str, Spawn]:
     """The engine launch of each node of a run on this machine, from its recipe."""
-    from deskside.home import resolve_recipe
     from deskside.planner.inputs import plan_recipe
-    from deskside.replicas.groups import group_recipes
+    from deskside.records.recipes import run_recipe
     from deskside.runtime.local import LocalStart
     from deskside.runtime.pipeline import UpOptions
 
-    arg = run.recipe if Path(run.recipe).is_file() else (run.replica_set or run.recipe_name)
-    recipe, path = resolve_recipe(arg, make_model=False)
-    if run.replica_set is not None:  # a replica group: its own recipe
-        recipe = {one.name: one for one in group_recipes(recipe).values()}[run.recipe_name]
+    recipe, path = run_recipe(run)  # a replica group's run: its group's recipe
     plan = plan_recipe(recipe, path)
     start = LocalStart(
         recipe, path, plan, UpOptions(), say, sys.executable, lambda: datetime.now(UTC)

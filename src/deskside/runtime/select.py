@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from deskside.deploy.runtime import SshRuntime
 from deskside.recipe.types import Recipe
+from deskside.records.run import RunRecord
 from deskside.runtime.base import Runtime
 from deskside.runtime.local import LocalRuntime
-from deskside.runtime.records import RunRecord
 
 
 def runtime_for(recipe: Recipe, known_hosts: str | None = None) -> Runtime:

@@ -19,22 +19,16 @@ import httpx
 
 from deskside.engine.http import engine_metrics, health
 from deskside.errors import DesksideError, UsageError
-from deskside.guard.record import MAX_GUARD_BYTES, GuardRecord, guard_path, parse_record
 from deskside.models.served import served_model
+from deskside.records.guard import GuardRecord
+from deskside.records.node import NodeState, read_state, remove_state
+from deskside.records.node_files import read_guard
+from deskside.records.read import BadState
+from deskside.records.recipes import load_run_recipe
+from deskside.records.run import RunNode, RunRecord, remove_run
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower
-from deskside.runtime.records import (
-    STATE_READ_SH,
-    BadState,
-    NodeState,
-    RunNode,
-    RunRecord,
-    read_state,
-    remove_run,
-    remove_state,
-)
-from deskside.runtime.run_recipe import load_run_recipe
 from deskside.runtime.transports import transport_for
 from deskside.runtime.verdict import node_controls, with_recovery, with_verdict
 from deskside.transport.base import Transport
@@ -143,9 +137,10 @@ def _transport(
 
 def guard_stop(t: Transport, recipe_dir: str, state: NodeState) -> GuardRecord | None:
     """The guard's record of stopping this start of the engine (guard.json), if any."""
-    path = guard_path(recipe_dir)
-    r = t.run(["sh", "-c", STATE_READ_SH, "sh", path, str(MAX_GUARD_BYTES)], timeout=30)
-    record = parse_record(r.stdout) if r.ok else None
+    try:
+        record = read_guard(t, recipe_dir)
+    except BadState:
+        return None  # left out; the guard rewrites it at its next stop
     if record is None or record.run_started_at != state.started_at:
         return None  # none, or one of an earlier start
     return record

@@ -4,7 +4,7 @@ namespace, when it has one) otherwise."""
 from __future__ import annotations
 
 from deskside.recipe.types import Node
-from deskside.runtime.records import RunNode
+from deskside.records.run import RunNode
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 from deskside.transport.ssh import SshTarget, SshTransport

@@ -11,16 +11,15 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from deskside.errors import DesksideError
+from deskside.records.node import NodeState, read_state
+from deskside.records.node_files import read_survive as read_survive_file
+from deskside.records.node_files import write_survive as write_survive_file
+from deskside.records.read import BadState
+from deskside.records.run import RunNode, RunRecord
+from deskside.records.survive import SurviveRecord
 from deskside.runtime.control import Control
 from deskside.runtime.looks import judge
-from deskside.runtime.records import STATE_READ_SH, NodeState, RunNode, RunRecord, read_state
 from deskside.survive.classify import DEGRADED, WEDGED
-from deskside.survive.recovery import (
-    MAX_SURVIVE_BYTES,
-    SurviveRecord,
-    parse_survive,
-    survive_path,
-)
 from deskside.transport.base import Transport
 
 if TYPE_CHECKING:
@@ -67,13 +66,16 @@ def head_of(run: RunRecord) -> RunNode:
 
 
 def read_survive(run: RunRecord, t: Transport) -> SurviveRecord | None:
-    path = survive_path(head_of(run).recipe_dir)
-    r = t.run(["sh", "-c", STATE_READ_SH, "sh", path, str(MAX_SURVIVE_BYTES)], timeout=30)
-    return parse_survive(r.stdout) if r.ok and r.stdout.strip() else None
+    """What the watcher last saw and did (None: nothing, or a record deskside cannot
+    read, which the watcher's next look replaces)."""
+    try:
+        return read_survive_file(t, head_of(run).recipe_dir)
+    except BadState:
+        return None
 
 
 def write_survive(run: RunRecord, t: Transport, record: SurviveRecord) -> None:
-    t.put(record.model_dump_json().encode(), survive_path(head_of(run).recipe_dir), 0o644)
+    write_survive_file(t, head_of(run).recipe_dir, record)
 
 
 def with_recovery(cluster: str, reasons: list[str], run: RunRecord, t: Transport) -> dict[str, Any]:

@@ -11,21 +11,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from deskside.errors import DesksideError
-from deskside.home import runs_dir
 from deskside.recipe.survive import Survive
-from deskside.runtime.records import RunRecord, load_run
+from deskside.records.recipes import load_run_recipe
+from deskside.records.run import RunRecord, load_run
+from deskside.records.survive import MAX_RESTARTS_KEPT, RestartRecord, SurviveRecord
+from deskside.records.where import bundles_dir
 from deskside.runtime.restart import restart_engines
-from deskside.runtime.run_recipe import load_run_recipe
 from deskside.runtime.status import ClusterStatus, control_of, login_control, status
 from deskside.runtime.transports import transport_for
 from deskside.runtime.verdict import head_of, read_survive, write_survive
 from deskside.survive.classify import WEDGED
-from deskside.survive.recovery import (
-    MAX_RESTARTS_KEPT,
-    RestartRecord,
-    SurviveRecord,
-    decide,
-)
+from deskside.survive.recovery import decide
 from deskside.transport.base import Transport
 
 Say = Callable[[str], None]
@@ -40,10 +36,6 @@ def write_diagnose_bundle(
     from deskside.diagnose.bundle import write_bundle
 
     return str(write_bundle(run, folder, transports=transports, reason=reason).path)
-
-
-def bundles_dir(recipe_name: str) -> Path:
-    return runs_dir() / recipe_name / "bundles"
 
 
 class Watch:
@@ -145,4 +137,4 @@ class Watch:
             time.sleep(max(0.0, wait - (time.monotonic() - t0)))
 
 
-__all__ = ["Watch", "bundles_dir", "read_survive"]
+__all__ = ["Watch", "read_survive"]

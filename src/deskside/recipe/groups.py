@@ -8,6 +8,7 @@ and recovery then treat a group exactly like any one-engine recipe.
 
 from __future__ import annotations
 
+from deskside.errors import UsageError
 from deskside.recipe.types import Recipe, group_nodes
 
 
@@ -55,8 +56,6 @@ def refuse_replica_set(recipe: Recipe, command: str) -> None:
     """A UsageError for a command that works on one engine, given a replica set."""
     if recipe.replicas is None:
         return
-    from deskside.errors import UsageError
-
     names = ", ".join(group_run_name(recipe.name, g) for g in group_names(recipe))
     raise UsageError(
         f"{recipe.name} is a replica set; `deskside {command}` works on one engine",

@@ -1,6 +1,6 @@
 """Why the guard stopped a node's engine: `guard.json` in the node's state folder (beside
-`state.json`), written by the guard when it acts and read by `deskside status`. Pure: the
-record, its file name and the reason as users read it."""
+`state.json`), written by the guard when it acts and read by `deskside status`
+(`deskside.records.node_files`). Pure: the record and the reason as users read it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pydantic import BaseModel, ConfigDict
 
 from deskside.units import format_bytes
 
-GUARD_FILE = "guard.json"
 MAX_GUARD_BYTES = 16 * 1024
 
 
@@ -39,13 +38,4 @@ class GuardRecord(BaseModel):
         return text if self.ok else text + " (the stop command failed)"
 
 
-def guard_path(recipe_dir: str) -> str:
-    return f"{recipe_dir.rstrip('/')}/{GUARD_FILE}"
-
-
-def parse_record(data: str | bytes) -> GuardRecord | None:
-    """A guard record, or None when the text is not one."""
-    try:
-        return GuardRecord.model_validate_json(data)
-    except (ValueError, RecursionError):
-        return None
+__all__ = ["MAX_GUARD_BYTES", "GuardRecord"]
