@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer._click.core import Command, Context
@@ -87,3 +88,31 @@ def test_node_daemons_live_under_node_and_old_spellings_still_run(daemon: str) -
     assert old.exit_code == 2  # parsed by the same command: the unknown flag is refused
     ran = CliRunner().invoke(app, [daemon, "--help"])
     assert ran.exit_code == 0 and "--" in ran.output
+
+
+@pytest.mark.parametrize("command", ["status", "down", "logs", "watch", "top", "probe", "diagnose"])
+def test_every_command_on_a_run_names_it_the_same_way(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run is the first argument, optional when one run is up; with none up, every
+    command says so in the same words."""
+    monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path))
+    extra = ["--out", str(tmp_path / "b")] if command == "diagnose" else []
+    named = CliRunner().invoke(app, [command, "nosuchrun", *extra])
+    assert named.exit_code != 0 and "Traceback" not in named.output
+    assert "nosuchrun" in named.output
+    alone = CliRunner().invoke(app, [command, *extra, *(["--once"] if command == "top" else [])])
+    assert alone.exit_code != 0 and "nothing is running" in alone.output.lower(), alone.output
+
+
+@pytest.mark.parametrize("command", ["status", "down", "logs", "watch"])
+def test_the_old_recipe_flag_still_names_the_run_with_a_note(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path))
+    old = CliRunner().invoke(app, [command, "--recipe", "nosuchrun"])
+    new = CliRunner().invoke(app, [command, "nosuchrun"])
+    assert "--recipe is deprecated" in old.output
+    assert old.exit_code == new.exit_code != 0
+    twice = CliRunner().invoke(app, [command, "a", "--recipe", "b"])
+    assert twice.exit_code == 2 and "named twice" in twice.output

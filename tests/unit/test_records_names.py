@@ -84,7 +84,7 @@ def test_several_runs_are_each_named() -> None:
     with pytest.raises(DesksideError) as info:
         resolve()
     assert info.value.message == "several runs: one, two"
-    assert info.value.hint == "name one: --recipe NAME"
+    assert info.value.hint == "name one after the command, e.g. `deskside status NAME`"
 
 
 def test_a_replica_set_counts_once_with_its_groups() -> None:

@@ -294,7 +294,7 @@ def test_container_units_wrap_one_compose_service(
     exporter = _unit(bundle, "ai2", "exporter", name)
     assert "Type=simple" in exporter and "Restart=on-failure" in exporter
     assert (
-        f"ExecStart=deskside node exporter --recipe /opt/deskside/{name}/current/recipe.yaml "
+        f"ExecStart=deskside node exporter /opt/deskside/{name}/current/recipe.yaml "
         f"--node ai2 --host 192.168.0.176 --port {series.EXPORTER_PORT} "
         f"--state-dir /opt/deskside/{name}\n"
     ) in exporter

@@ -30,8 +30,17 @@ err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 RecipeArg = Annotated[str, typer.Argument(help="Recipe file, or an embedded recipe's name.")]
-RunOpt = Annotated[
-    str | None, typer.Option("--recipe", help="Which run (recipe name), when several are up.")
+RunArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="The run: its name, or the recipe file it was started from (optional when only "
+        "one run is up here).",
+        show_default=False,
+    ),
+]
+OldRunOpt = Annotated[
+    str | None,
+    typer.Option("--recipe", hidden=True, help="Deprecated: name the run as the argument."),
 ]
 
 T = TypeVar("T")
@@ -57,6 +66,20 @@ def fail(error: DesksideError, as_json: bool = False) -> NoReturn:
         if error.hint:
             err.print(f"  [dim]hint:[/] {shown(error.hint)}", highlight=False)
     raise typer.Exit(error.exit_code)
+
+
+def chosen_run(run: str | None, old: str | None) -> str | None:
+    """The run a command names: its argument, or the deprecated `--recipe NAME` (kept for
+    one release, with a note on stderr)."""
+    if old is None:
+        return run
+    err.print(
+        "[dim]note:[/] --recipe is deprecated: name the run as the command's argument",
+        highlight=False,
+    )
+    if run is not None and run != old:
+        raise UsageError(f"the run is named twice: {run!r} and --recipe {old!r}")
+    return old
 
 
 def parse_option(fn: Callable[[str], T], value: str | None, flag: str) -> T | None:

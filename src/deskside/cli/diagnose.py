@@ -7,19 +7,17 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, RunArg, emit_json, err, fail, out
 from deskside.errors import DesksideError
 from deskside.terminal import shown
 
 
 def diagnose(
-    recipe: Annotated[
-        str, typer.Argument(help="The run: its recipe name, or the recipe file it started from.")
-    ],
     out_dir: Annotated[
         Path,
         typer.Option("--out", help="Folder to write the bundle into (made, mode 0700, if new)."),
     ],
+    recipe: RunArg = None,
     reason: Annotated[
         str | None, typer.Option(help="Why the bundle is made (kept in MANIFEST.json).")
     ] = None,
@@ -45,7 +43,7 @@ def diagnose(
 
     try:
         run = find_run(recipe)
-        recipe_path = recipe_file_named(recipe)
+        recipe_path = recipe_file_named(recipe) if recipe is not None else None
         transports = (
             {n.name: transport_for(n, known_hosts) for n in run.nodes} if known_hosts else None
         )

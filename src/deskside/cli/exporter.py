@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, OldRunOpt, chosen_run, emit_json, err, fail, out
 from deskside.cli.guard import (
     CgroupOpt,
     StateDirOpt,
@@ -46,10 +46,11 @@ def _engine_url(recipe: Recipe, node: Node, given: str | None) -> str | None:
 
 
 def exporter(
-    recipe: Annotated[
-        str, typer.Option("--recipe", help="Recipe file, or an embedded recipe's name.")
-    ],
     node: Annotated[str, typer.Option("--node", help="The recipe's node this machine is.")],
+    recipe: Annotated[
+        str | None,
+        typer.Argument(help="Recipe file, or an embedded recipe's name.", show_default=False),
+    ] = None,
     host: Annotated[
         str | None,
         typer.Option(help="Address to listen on (default: the node's address in the recipe)."),
@@ -81,6 +82,7 @@ def exporter(
     ] = False,
     state_dir: StateDirOpt = None,
     cgroup: CgroupOpt = None,
+    old_recipe: OldRunOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Serve this node's deskside_* series on /metrics for Prometheus: memory against the
@@ -99,6 +101,9 @@ def exporter(
     from deskside.recipe.groups import engine_recipe_of
 
     try:
+        recipe = chosen_run(recipe, old_recipe)
+        if recipe is None:
+            raise UsageError("name the recipe", hint="deskside node exporter RECIPE --node NODE")
         loaded, path = resolve_recipe(recipe)
         loaded = engine_recipe_of(loaded, node)  # a replica set: the node's group
         me = find_node(loaded, node)

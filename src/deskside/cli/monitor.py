@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out
+from deskside.cli.common import JsonFlag, RecipeArg, RunArg, emit_json, fail, out
 from deskside.errors import DesksideError, UsageError
 
 if TYPE_CHECKING:
@@ -80,10 +80,7 @@ def check(recipe: RecipeArg, prometheus: PrometheusOpt = None, as_json: JsonFlag
 
 
 def top(
-    recipe: Annotated[
-        str | None,
-        typer.Argument(help="The run's recipe name (or file). Default: the one running run."),
-    ] = None,
+    recipe: RunArg = None,
     once: Annotated[bool, typer.Option("--once", help="Print one snapshot and exit.")] = False,
     as_json: Annotated[
         bool,
@@ -110,12 +107,7 @@ def top(
     try:
         if not 0.1 <= interval <= 3600:
             raise UsageError("--interval must be between 0.1 and 3600 seconds")
-        try:
-            run = find_run(recipe)
-        except DesksideError as exc:  # `top` names its run as an argument, not --recipe
-            if exc.hint:
-                exc.hint = exc.hint.replace("--recipe NAME", "deskside top NAME")
-            raise
+        run = find_run(recipe)
         given = recipe_file_named(recipe) if recipe is not None else None
         loaded = run_recipe(run, given)[0] if given is not None else load_run_recipe(run)
         target = target_of(run, loaded, prometheus)

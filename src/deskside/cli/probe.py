@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import RecipeArg, emit_json, fail, out, steps
+from deskside.cli.common import RunArg, emit_json, fail, out, steps
 from deskside.errors import DesksideError
 from deskside.terminal import shown
 
@@ -14,7 +14,7 @@ STYLE = {"PASS": "green", "FAIL": "bold red", "SKIPPED": "yellow"}
 
 
 def probe(
-    recipe: RecipeArg,
+    recipe: RunArg = None,
     known_hosts: Annotated[
         str | None,
         typer.Option(
@@ -22,10 +22,14 @@ def probe(
         ),
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print a JSON list of {name, result, detail}.")
+        bool,
+        typer.Option(
+            "--json", help="Print one JSON object: {ok, results: [{name, result, detail}]}."
+        ),
     ] = False,
 ) -> None:
-    """Black-box checks of the running cluster RECIPE, through its API as a client sees it:
+    """Black-box checks of the running cluster (RUN: its name or recipe file; optional when
+    only one run is up), through its API as a client sees it:
     batch invariance (greedy output alone equals the output beside other requests), every
     served name at the proxy with its master key and at the engine with its key (and
     refused without them), a forced tool call with JSON-object arguments, a stop string

@@ -11,15 +11,17 @@ import typer
 
 from deskside.cli.common import (
     JsonFlag,
+    OldRunOpt,
     RecipeArg,
-    RunOpt,
+    RunArg,
+    chosen_run,
     emit_json,
     err,
     fail,
     out,
     steps,
 )
-from deskside.errors import DesksideError
+from deskside.errors import DesksideError, UsageError
 from deskside.terminal import literal, shown
 
 # The runtimes, the demo and the report load inside each command: `deskside exporter` and
@@ -85,7 +87,7 @@ def up(
 
 
 def down(
-    run: RunOpt = None,
+    run: RunArg = None,
     known_hosts: KnownHosts = None,
     forget: Annotated[
         bool,
@@ -99,6 +101,7 @@ def down(
         str | None,
         typer.Option(help="A replica set: stop this group only (the proxy routes around it)."),
     ] = None,
+    old_run: OldRunOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Stop the run: engines head first (SIGTERM, SIGKILL after a grace period, or their
@@ -116,6 +119,10 @@ def down(
     from deskside.records.run import forget as forget_run
     from deskside.runtime.select import runtime_of
 
+    try:
+        run = chosen_run(run, old_run)
+    except DesksideError as exc:
+        fail(exc, as_json)
     if forget:
         try:
             name = run or only_run_name()
@@ -137,7 +144,7 @@ def down(
             return
         if group is not None:
             raise DesksideError(
-                "--group stops one group of a replica set", hint="deskside down --recipe SET"
+                "--group stops one group of a replica set", hint="deskside down SET --group G"
             )
         with run_lock(name):  # its record is read under the lock
             record = find_run(name)
@@ -155,7 +162,12 @@ def down(
         raise typer.Exit(1)
 
 
-def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag = False) -> None:
+def status(
+    run: RunArg = None,
+    known_hosts: KnownHosts = None,
+    old_run: OldRunOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
     """Per node: role, pid, state, memory; the cluster READY / STARTING / DEGRADED /
     WEDGED / DOWN with reasons (WEDGED: requests run, no token comes, every process alive;
     the suspected nodes named); KV usage and requests from /metrics; what `deskside watch`
@@ -168,7 +180,7 @@ def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag
     try:
         from deskside.cli.replicas import status_set_command
 
-        found = resolve(run)
+        found = resolve(chosen_run(run, old_run))
         if isinstance(found, SetRecord):
             status_set_command(found, known_hosts, as_json)
             return
@@ -184,19 +196,24 @@ def status(run: RunOpt = None, known_hosts: KnownHosts = None, as_json: JsonFlag
 
 
 def logs(
-    node: Annotated[str | None, typer.Argument(help="Node name (default: all).")] = None,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
+    run: RunArg = None,
+    node: Annotated[
+        str | None, typer.Argument(help="Node name (default: all).", show_default=False)
+    ] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
     lines: Annotated[int, typer.Option("--lines", "-n", help="Lines from the end.")] = 40,
-    run: RunOpt = None,
     known_hosts: KnownHosts = None,
+    old_run: OldRunOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Print (and follow) the engine logs of the run's nodes."""
+    """Print (and follow) the engine logs of the run's nodes: `deskside logs [RUN] [NODE]`
+    (a lone NODE of the only run also works)."""
     from deskside.records.names import find_run
     from deskside.runtime.select import runtime_of
     from deskside.runtime.status import log_follow, log_tail
 
     try:
+        run, node = _run_and_node(chosen_run(run, old_run), node)
         record = find_run(run)
         opened = runtime_of(record, known_hosts).logs(record, node)
         if as_json:
@@ -221,6 +238,30 @@ def logs(
                 write(log.node, complete)
     except DesksideError as exc:
         fail(exc, as_json)
+
+
+def _run_and_node(first: str | None, node: str | None) -> tuple[str | None, str | None]:
+    """`logs X`: X is a run when it names one, else a node of the only run."""
+    from deskside.records.names import find_run, running_name
+
+    if first is None or node is not None:
+        return first, node
+    try:
+        running_name(first)
+        return first, None
+    except DesksideError:
+        try:
+            only = find_run(None)
+        except DesksideError:
+            only = None
+        if only is None:
+            raise
+        if any(n.name == first for n in only.nodes):
+            return None, first
+        raise UsageError(
+            f"no run named {first!r}, and no node {first!r} in {only.recipe_name}",
+            hint="its nodes: " + ", ".join(n.name for n in only.nodes),
+        ) from None
 
 
 def demo(

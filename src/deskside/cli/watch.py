@@ -11,20 +11,21 @@ from typing import Annotated
 
 import typer
 
-from deskside.cli.common import JsonFlag, RunOpt, emit_json, err, fail, out
+from deskside.cli.common import JsonFlag, OldRunOpt, RunArg, chosen_run, emit_json, err, fail, out
 from deskside.cli.run import KnownHosts
 from deskside.errors import DesksideError
 from deskside.terminal import shown
 
 
 def watch(
-    run: RunOpt = None,
+    run: RunArg = None,
     once: Annotated[bool, typer.Option("--once", help="One look, then exit.")] = False,
     interval: Annotated[
         float | None,
         typer.Option(help="Seconds between looks (default: the recipe's survive.interval)."),
     ] = None,
     known_hosts: KnownHosts = None,
+    old_run: OldRunOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Look at the running cluster every few seconds: READY / STARTING / DEGRADED / WEDGED /
@@ -43,7 +44,7 @@ def watch(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        name = find_run(run).recipe_name
+        name = find_run(chosen_run(run, old_run)).recipe_name
         last: list[str] = []
 
         def say(msg: str) -> None:

@@ -24,7 +24,7 @@ from deskside.runtime.transports import HERE, transport_for
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 
-FORGET = "deskside down --recipe {name}"
+FORGET = "deskside down {name}"
 
 
 @dataclass
@@ -80,7 +80,7 @@ def own_runs(recipe: Recipe, state_transports: Mapping[str, Transport]) -> OwnRu
                 HERE,
                 exc.message,
                 severity="warning",
-                fix=f"deskside down --forget --recipe {recipe.name}",
+                fix=f"deskside down --forget {recipe.name}",
             )
         )
         run = None

@@ -49,7 +49,7 @@ def require_up(client: httpx.Client, target: ProbeTarget) -> None:
     if not ok:
         raise DesksideError(
             f"the engine of {target.recipe_name} does not answer at {url}",
-            hint=f"is it up? deskside status --recipe {target.recipe_name}",
+            hint=f"is it up? deskside status {target.recipe_name}",
         )
 
 

@@ -14,18 +14,18 @@ from deskside.records.replica_set import SetRecord
 from deskside.records.run import RunRecord
 
 
-def _recipe_and_run(arg: str) -> tuple[Recipe, RunRecord]:
+def _recipe_and_run(arg: str | None) -> tuple[Recipe, RunRecord]:
     found = resolve(arg)
     if isinstance(found, SetRecord):
         raise DesksideError(
             f"{found.recipe_name} is a replica set: each group is a run of its own",
             hint=f"probe each group: {', '.join(found.group_runs())}",
         )
-    recipe, _ = run_recipe(found, recipe_file_named(arg))
+    recipe, _ = run_recipe(found, recipe_file_named(arg) if arg is not None else None)
     return recipe, found
 
 
-def find_target(arg: str, known_hosts: str | None = None) -> ProbeTarget:
-    """The run RECIPE names, with its doors' keys."""
+def find_target(arg: str | None, known_hosts: str | None = None) -> ProbeTarget:
+    """The run `arg` names (None: the only one up), with its doors' keys."""
     recipe, run = _recipe_and_run(arg)
     return probe_target(recipe, run, engine_headers(run), proxy_headers(recipe, run, known_hosts))

@@ -59,7 +59,7 @@ def refuse_replica_set(recipe: Recipe, command: str) -> None:
     names = ", ".join(group_run_name(recipe.name, g) for g in group_names(recipe))
     raise UsageError(
         f"{recipe.name} is a replica set; `deskside {command}` works on one engine",
-        hint=f"its groups run as {names}: see `deskside status --recipe NAME` for each",
+        hint=f"its groups run as {names}: see `deskside status NAME` for each",
     )
 
 

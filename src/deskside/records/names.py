@@ -31,7 +31,7 @@ from deskside.records.where import (
 )
 
 START_HINT = "start a cluster: deskside up RECIPE"
-NAME_HINT = "name one: --recipe NAME"
+NAME_HINT = "name one after the command, e.g. `deskside status NAME`"
 
 
 def _names_with(record_file: str) -> list[str]:
@@ -81,7 +81,8 @@ def only_run_name() -> str:
     )
     if len(names) != 1:
         raise UsageError(
-            "name the run to forget: --recipe NAME", hint="runs: " + (", ".join(names) or "none")
+            "name the run to forget: deskside down --forget NAME",
+            hint="runs: " + (", ".join(names) or "none"),
         )
     return names[0]
 
@@ -161,7 +162,7 @@ def find_run(arg: str | None = None) -> RunRecord:
         raise DesksideError(
             f"{name} is a replica set: each of its groups is a run of its own",
             hint=f"name one of its groups ({', '.join(found.group_runs())}; a group runs as "
-            f"{name}-<group>); `deskside status --recipe {name}` shows them all",
+            f"{name}-<group>); `deskside status {name}` shows them all",
         )
     return found
 

@@ -42,7 +42,7 @@ TAG_RE = re.compile(
 MAX_STATE_BYTES = 64 * 1024
 FORGET_HINT = (
     "nothing was stopped on its word; if the engines are gone, remove deskside's records "
-    "with `deskside down --forget --recipe {name}` (it signals nothing)"
+    "with `deskside down --forget {name}` (it signals nothing)"
 )
 
 

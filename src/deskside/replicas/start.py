@@ -182,7 +182,7 @@ class SetStart:
         ):
             raise DesksideError(
                 f"{self.recipe.name} is already up",
-                hint=f"deskside status --recipe {self.recipe.name}, or deskside down first",
+                hint=f"deskside status {self.recipe.name}, or deskside down first",
             )
         here = self.place.node is None
         if here and not self.options.dry_run and litellm_program(self.recipe) is None:
