@@ -224,3 +224,13 @@ def test_records_import_only_what_a_store_needs() -> None:
         bad = {d for d in inner if not d.startswith(allowed)}
         assert not bad, f"{name} imports {sorted(bad)}"
     assert seen > 1, "the record store is not where this test looks for it"
+
+
+def test_the_exporter_reads_and_never_acts() -> None:
+    """The exporter serves what it reads: it imports nothing that stops engines or starts
+    them (the guard, runtimes, deploys, recoveries)."""
+    acting = ("deskside.guard", "deskside.runtime", "deskside.deploy", "deskside.replicas")
+    for name, deps in graph().items():
+        if name.startswith("deskside.exporter"):
+            bad = {d for d in deps if d.startswith(acting)}
+            assert not bad, f"{name} imports {sorted(bad)}"

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -28,10 +29,22 @@ from deskside.exporter.memory import floor_bytes
 from deskside.exporter.running import EngineFinder
 from deskside.exporter.versions import LABELS, read_versions, with_engine
 from deskside.facts.memory import read_available, read_meminfo
-from deskside.guard.watch import Guardian
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
+
+
+class GuardReadings(Protocol):
+    """What the exporter serves of a memory guard running beside it (the exporter only
+    reads it: the guard, which stops engines, is started by whoever runs both)."""
+
+    @property
+    def window(self) -> float: ...
+
+    @property
+    def stops(self) -> int: ...
+
+    def low_seconds(self) -> float: ...
 
 
 @dataclass
@@ -50,7 +63,7 @@ class Sources:
     once: bool = False  # a single collection: no memory between samples
     warn: Callable[[str], None] = field(default=lambda message: None)
     cgroup: Path | None = None  # the watched scope's memory cgroup folder (deskside.guard)
-    guardian: Guardian | None = None  # the guard, when the recipe enforces it
+    guardian: GuardReadings | None = None  # the guard, when the recipe enforces it
     state_dir: Path | None = None  # the node's state folder (the watcher's survive.json)
     host: Transport = field(default_factory=LocalTransport)  # this node: files, versions
 

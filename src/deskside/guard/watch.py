@@ -1,7 +1,8 @@
 """The guard's loop: sample the node's available memory every `interval`, decide
 (`deskside.guard.decide`), and stop the node's engine when it stayed under the floor for
-the window (`deskside.guard.act`). Runs in deskside's exporter (a thread beside the HTTP
-server) or alone (`deskside guard`)."""
+the window (`deskside.guard.act`). `deskside node exporter` runs it as a thread beside its
+HTTP server when the recipe enforces it (the exporter only reads it); `deskside node guard`
+runs it alone."""
 
 from __future__ import annotations
 
