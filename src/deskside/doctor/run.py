@@ -26,6 +26,7 @@ from deskside.doctor import procs, shm, space, stacks
 from deskside.doctor.findings import DoctorReport, Finding
 from deskside.doctor.runs import OwnRuns, node_layout, other_live_tags, own_runs
 from deskside.errors import DesksideError, UsageError
+from deskside.identity import stop_named
 from deskside.layout import NodeLayout, local_model_folder
 from deskside.localnet import existing_namespaces
 from deskside.recipe.types import Node, Recipe
@@ -91,7 +92,6 @@ class Doctor:
     recipe_path: Path
     transports: Mapping[str, Transport]  # per node: where its engine binds (its netns)
     known_hosts: str | None = None
-    python: str = "python3"
     shm_dir: str = "/dev/shm"
     here: Transport = field(default_factory=LocalTransport)
     extra_checks: Sequence[ExtraCheck] = ()
@@ -163,19 +163,20 @@ class Doctor:
     def _host(self, host: Host, own: OwnRuns, plan: Plan | None, report: DoctorReport) -> None:
         t, label = host.transport, host.label
         found: list[Finding] = []
-        r = t.run(procs.scan_command(self.python), timeout=SCAN_TIMEOUT)
-        scan = procs.parse_scan(r.stdout) if r.ok else None
-        if scan is None:
+        scan: procs.ProcScan | None = None
+        try:
+            scan = procs.scan(t, SCAN_TIMEOUT)
+        except DesksideError as exc:
             found.append(
                 Finding(
                     "process-scan",
                     label,
-                    f"the process scan did not run ({self.python}, exit {r.rc}): "
-                    f"{r.stderr.strip()[-200:]}",
+                    exc.message,
                     severity="warning",
-                    fix="install python3 on the node",
+                    fix="the scan reads /proc with sh, grep, xargs, cut and tr: check them there",
                 )
             )
+        if scan is None:
             engines: list[procs.Engine] = []
         else:
             engines = procs.engines(scan)
@@ -352,7 +353,7 @@ class Doctor:
         for pid in pids:
             i = by_pid[pid]
             f = report.findings[i]
-            argv = procs.stop_pid_command(pid, int(f.detail["start_ticks"]))
+            argv = stop_named(pid, int(f.detail["start_ticks"]))
             r = places[f.node].run(argv, timeout=SCAN_TIMEOUT)
             if r.ok:
                 report.findings[i] = f.done()
