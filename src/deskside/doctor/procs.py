@@ -82,13 +82,18 @@ class ProcScan:
         return self.table.age_seconds(p)
 
 
+class ScanFailed(DesksideError):
+    """The node answered, but its process table could not be read."""
+
+
 def scan(t: Transport, timeout: float) -> ProcScan:
-    """The node's processes, memory and GPU users, in one round trip. DesksideError when
-    the process table cannot be read."""
+    """The node's processes, memory and GPU users, in one round trip. ScanFailed when the
+    process table cannot be read (the transport's own error when the node cannot be
+    reached)."""
     got = gather(t, PROCESSES, MEMINFO, GPU_APPS, timeout=timeout)
     table = got.result(PROCESSES)
     if not isinstance(table, ProcessTable):
-        raise DesksideError(f"the process scan failed: {table.reason}")
+        raise ScanFailed(f"the process scan failed: {table.reason}")
     meminfo = got.result(MEMINFO)
     apps = got.result(GPU_APPS)
     if not isinstance(apps, GpuApps):

@@ -166,7 +166,7 @@ class Doctor:
         scan: procs.ProcScan | None = None
         try:
             scan = procs.scan(t, SCAN_TIMEOUT)
-        except DesksideError as exc:
+        except procs.ScanFailed as exc:
             found.append(
                 Finding(
                     "process-scan",

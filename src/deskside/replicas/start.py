@@ -31,7 +31,7 @@ from deskside.replicas.records import ProxyProcess, SetRecord, load_set, remove_
 from deskside.replicas.render import proxy_files, proxy_url
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract, wait_proxy
-from deskside.runtime.control import read_table
+from deskside.runtime.control import TableUnread, read_table
 from deskside.runtime.ops import stamp
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport, describe
 from deskside.runtime.records import load_run
@@ -86,7 +86,7 @@ def proxy_alive(proxy: ProxyProcess, t: Transport | None) -> bool:
         return False
     try:
         return judge(read_table(t), proxy_claim(proxy)).alive
-    except DesksideError:
+    except TableUnread:
         return False
 
 

@@ -69,12 +69,17 @@ def stop_or_refuse(claim: Claim, grace: float) -> list[str]:
         return node_sh.refuse(exc.message)
 
 
+class TableUnread(DesksideError):
+    """The node answered, but its process table could not be read."""
+
+
 def read_table(t: Transport) -> ProcessTable:
-    """The node's process table (pids, sessions, start times, run tags)."""
+    """The node's process table (pids, sessions, start times, run tags). TableUnread when
+    it cannot be read (the transport's own error when the node cannot be reached)."""
     r = t.run(PROCESS_IDS.argv(), timeout=60)
     table = PROCESS_IDS.read(r)
     if not isinstance(table, ProcessTable):
-        raise DesksideError(f"{t.name}: reading the process table failed: {table.reason}")
+        raise TableUnread(f"{t.name}: reading the process table failed: {table.reason}")
     return table
 
 
@@ -165,7 +170,7 @@ class Control:
         and run tag; or alive but unproven when its record lacks one of them)."""
         try:
             return judge(read_table(t), service_claim(None, service)).alive
-        except DesksideError:
+        except TableUnread:
             return False
 
     def alive_command(self) -> list[str]:
@@ -246,7 +251,7 @@ class Control:
             try:
                 poll = node_sh.parse_poll(r.stdout)
             except FactError as exc:
-                raise DesksideError(f"{t.name}: reading the process table failed: {exc}") from None
+                raise TableUnread(f"{t.name}: reading the process table failed: {exc}") from None
             alive = judge(poll.table, engine_claim(state)).alive
             return alive, poll.size, poll.chunk
         alive_r = t.run(self.alive_command(), timeout=60)
@@ -266,7 +271,7 @@ class Control:
                 return False
             try:
                 return self.verdict(t, state).alive
-            except DesksideError:
+            except TableUnread:
                 return False
         r = t.run(self.alive_command(), timeout=60)
         return r.ok and (self.runtime != "container" or bool(r.stdout.strip()))
@@ -277,7 +282,7 @@ class Control:
             return 0, 0
         try:
             table = read_table(t)
-        except DesksideError:
+        except TableUnread:
             return 0, 0
         verdict = judge(table, engine_claim(state))
         if not verdict.alive:
