@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from deskside.facts.base import Fact, FactError, Unread, gather
+from deskside.facts.base import FactError, Unread, gather
 from deskside.facts.procs import (
     MAX_ARGS,
     PROCESSES,
-    THREADS_SH,
     ProcessTable,
     computes,
     engine_family,
@@ -24,9 +23,9 @@ from deskside.facts.procs import (
     parse_environ,
     parse_stat,
     parse_table,
-    parse_threads,
     split_table,
 )
+from deskside.facts.threads import THREADS
 from deskside.transport.local import LocalTransport
 
 from .hostile_procs import FORGED_TITLE, ODD_COMM, TAG, hostile
@@ -211,9 +210,7 @@ def test_engine_family_and_titles() -> None:
 
 def test_the_table_of_this_machine_reads_the_hostile_session() -> None:
     with hostile() as h:
-        got = gather(
-            LocalTransport(), PROCESSES, Fact("threads", THREADS_SH + "proc_threads", parse_threads)
-        )
+        got = gather(LocalTransport(), PROCESSES, THREADS)
         table = got.get(PROCESSES)
         assert isinstance(table, ProcessTable)
         odd = table.processes[h.pids["odd"]]
@@ -226,7 +223,7 @@ def test_the_table_of_this_machine_reads_the_hostile_session() -> None:
         assert set(table.members(h.sid, TAG)) == {h.pids[r] for r in CARRIED} | sleeps
         me = table.processes[os.getpid()]
         assert me.rss_bytes > 0 and me.threads >= 1
-        threads = got.get(Fact("threads", THREADS_SH + "proc_threads", parse_threads))
+        threads = got.get(THREADS)
         assert [t.tid for t in threads.tasks[h.pids["odd"]]] == [h.pids["odd"]]
         assert threads.tasks[h.pids["odd"]][0].comm == ODD_COMM
 

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deskside.facts.base import FactError
-from deskside.facts.procs import TABLE_SH, THREADS_SH, parse_threads, split_table
+from deskside.facts.procs import TABLE_SH, split_table
+from deskside.facts.threads import THREADS_SH, parse_threads
 from deskside.identity import Claim, judge
 from deskside.units import format_bytes
 
