@@ -66,7 +66,10 @@ class Claim:
         problem = self.problem()
         if problem is None:
             return None
-        return f"{self.label}: not signalled, {problem} (deskside signals only what it proves)"
+        return (
+            f"{self.label}: not signalled, {problem} (deskside signals only what its records "
+            "prove; stop it yourself if it is yours)"
+        )
 
 
 State = Literal["proven", "unproven", "replaced", "zombie", "gone"]
@@ -141,7 +144,7 @@ def stop_command(claim: Claim, grace: float) -> list[str]:
     for a record that does not name pid, start time and run tag."""
     refusal = claim.refusal()
     if refusal is not None:
-        raise Unproven(refusal, hint="nothing was signalled; stop it yourself if it is yours")
+        raise Unproven(refusal)
     assert claim.pid is not None and claim.start is not None and claim.tag is not None
     return node_sh.stop_session(claim.pid, grace, claim.start, claim.tag)
 
