@@ -62,7 +62,8 @@ class Claim:
         return f"{self.what} (pid {self.pid})" if self.pid is not None else self.what
 
     def refusal(self) -> str | None:
-        """`what (pid P): left alone: why` for a claim that proves nothing, else None."""
+        """`what (pid P): not signalled, why (...)` for a claim that proves nothing; None
+        for a whole one."""
         problem = self.problem()
         if problem is None:
             return None
@@ -93,10 +94,6 @@ class Verdict:
     def alive(self) -> bool:
         """The recorded process runs (proven or not) and leads its session."""
         return self.state in ("proven", "unproven") and self.leads
-
-    @property
-    def proven(self) -> bool:
-        return self.state == "proven"
 
 
 def judge(table: ProcessTable, claim: Claim) -> Verdict:

@@ -19,7 +19,6 @@ from deskside.facts.procs import (
     ProcessTable,
     computes,
     engine_family,
-    is_title,
     parse_environ,
     parse_stat,
     parse_table,
@@ -200,7 +199,6 @@ def test_engine_family_and_titles() -> None:
     assert engine_family(("python", "-m", "pytest", "vllm")) is None
     assert engine_family(("bash", "-c", "vllm serve")) is None
     assert engine_family(()) is None
-    assert is_title("VLLM::Worker_TP1") and not is_title("python -m vllm")
     assert computes("VLLM::Worker_TP0") and computes("VLLM::EngineCore")
     assert not computes("python -m vllm.entrypoints.openai.api_server") and not computes(None)
 

@@ -103,11 +103,6 @@ proc_table() {
 )
 
 
-def is_title(command: str) -> bool:
-    """Whether a command line is a process title an engine set (`VLLM::Worker_TP1`)."""
-    return command.startswith(tuple(TITLES))
-
-
 def computes(title: str | None) -> bool:
     """A process whose title says it is an engine core or a worker rank."""
     return bool(title) and any(m in (title or "") for m in COMPUTE_MARKERS)
