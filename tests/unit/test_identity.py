@@ -37,6 +37,8 @@ from deskside.transport.fake import FakeTransport
 from deskside.transport.local import LocalTransport
 
 from .. import procs
+from .hostile_procs import TAG as HOSTILE_TAG
+from .hostile_procs import hostile
 from .proc_tables import P, table_text, tagged
 
 TAG = "r/node0/20260101000000/engine"
@@ -376,3 +378,22 @@ def test_the_shell_and_the_python_check_agree(which: str, tmp_path: Path) -> Non
         for p in procs.session_members(pid):
             os.kill(p.pid, signal.SIGKILL)  # the test's own processes
         procs.reap(pid)
+
+
+def test_the_shell_and_the_python_check_agree_on_hostile_processes() -> None:
+    """Command names with spaces, parentheses and newlines, a title written over the
+    environment, a 1.2 MB environment, a tag too long to be one, a zombie: the stop signals
+    exactly the table's targets."""
+    with hostile() as h:
+        claim = Claim("the engine", h.sid, _start(h.sid), HOSTILE_TAG)
+        table = PROCESSES.read(LOCAL.run(PROCESSES.argv()))
+        assert isinstance(table, ProcessTable)
+        expected = set(targets(table, claim))
+        assert {h.pids["odd"], h.pids["forger"], h.pids["titled"]} <= expected
+        assert not {h.pids["untagged"], h.pids["longtag"], h.pids["zombie"]} & expected
+        before = {p.pid for p in procs.session_members(h.sid)}
+        r = LOCAL.run(stop_command(claim, 2))
+        assert r.ok, r.stderr
+        procs.reap(h.sid)
+        after = {p.pid for p in procs.session_members(h.sid)}
+        assert before - after == expected

@@ -24,13 +24,20 @@ case $sid in ''|*[!0-9]*|0|1) echo "refusing to act on pid '$sid'" >&2; exit 2 ;
 
 # The stop's own check, on the node. The fields after "pid (comm) " of /proc/PID/stat: $1
 # state, $2 ppid, $4 session, ${20} starttime; the command may hold spaces and parentheses:
-# split after the last ") ". `read` takes the first line: a command name with a newline
-# makes the process unreadable here, so it is left alone (stricter than the Python table).
+# split after the last ") ". `read` (a builtin: no process per entry) takes the first line;
+# a command name with a newline cuts it short of its 20 fields (a name holds 15 bytes at
+# most), and the whole file is read then.
 _STAT_SH = (
     r"""
 stat_fields() {
-  read -r st < "/proc/$1/stat" 2>/dev/null || return 1
+  _sp=$1
+  read -r st < "/proc/$_sp/stat" 2>/dev/null || return 1
   rest=${st##*) }
+  set -- $rest
+  if [ "$#" -lt 20 ]; then
+    st=$(cat "/proc/$_sp/stat" 2>/dev/null) || return 1
+    rest=${st##*) }
+  fi
 }
 # the recorded leader $sid was replaced by another process (its start time differs, or it
 # lacks the run's tag)
@@ -52,9 +59,8 @@ tagged() {
     case $(grep -a -z -n -m 1 -o '^.' "/proc/$_tq/environ" 2>/dev/null | head -c 2) in
       1:) return 1 ;;
     esac
-    read -r _tst < "/proc/$_tq/stat" 2>/dev/null || return 1
-    _trest=${_tst##*) }
-    set -- $_trest
+    stat_fields "$_tq" || return 1
+    set -- $rest
     [ "$4" = "$sid" ] || return 1
     _tq=$2; _tn=$((_tn + 1))
   done
@@ -64,17 +70,15 @@ tagged() {
 ).replace("RUN_TAG", RUN_TAG)
 
 # Members of session $sid (not zombies) that carry the tag, from /proc (no ps needed).
-# `read` is a builtin: no process per entry.
 _MEMBERS_SH = r"""
 members() {
   for f in /proc/[0-9]*/stat; do
-    read -r st < "$f" 2>/dev/null || continue
-    rest=${st##*) }
+    p=${f#/proc/}
+    p=${p%/stat}
+    stat_fields "$p" || continue
     set -- $rest
     [ "$4" = "$sid" ] || continue
     case $1 in Z|X) continue ;; esac
-    p=${f#/proc/}
-    p=${p%/stat}
     tagged "$p" || continue
     echo "$p"
   done
