@@ -36,6 +36,9 @@ os.write(1, f"titled {os.getpid()}\\n".encode()); time.sleep(300)""",
 env = {f"BIG{i}": "x" * 100_000 for i in range(12)}
 env["DESKSIDE_RUN"] = os.environ["DESKSIDE_RUN"]
 os.execve("/bin/sh", ["sh", "-c", "echo bigenv $$; exec sleep 300"], env)""",
+    "oddenv": """import os
+os.write(1, f"oddenv {os.getpid()}\\n".encode())
+os.execve("/bin/sleep", ["sleep", "300"], {b"\\xffA": b"1", b"PATH": b"/bin"})""",
     "zombie": """import os, time
 child = os.fork()
 if child == 0:
@@ -49,6 +52,7 @@ py=$1; odd=$2; title=$3
 "$py" -c "$CHILD_forger" "$title" &
 "$py" -c "$CHILD_titled" &
 "$py" -c "$CHILD_zombie" &
+"$py" -c "$CHILD_oddenv" &
 env -u DESKSIDE_RUN sh -c 'echo untagged $$; exec sleep 300' &
 env -i sh -c 'echo emptyenv $$; exec sleep 300' &
 env DESKSIDE_RUN="$LONG_TAG" sh -c 'echo longtag $$; exec sleep 300' &

@@ -105,6 +105,7 @@ def test_the_recorded_hostile_table() -> None:
     assert table.processes[PIDS["bigenv"]].run_tags == (TAG,)  # after 1.2 MB of variables
     assert table.processes[PIDS["longtag"]].run_tags == ()  # 1000 bytes: not a tag
     assert table.processes[PIDS["untagged"]].environ == "read"
+    assert table.processes[PIDS["oddenv"]].environ == "read"  # starts with a byte past ASCII
     bad = table.processes[PIDS["badbytes"]]
     assert bad.argv[-1] == "tab\there??"  # bytes outside printable ASCII shown as `?`
     assert len(table.processes[PIDS["manyargs"]].argv) == MAX_ARGS

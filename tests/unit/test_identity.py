@@ -390,7 +390,7 @@ def test_the_shell_and_the_python_check_agree_on_hostile_processes() -> None:
         assert isinstance(table, ProcessTable)
         expected = set(targets(table, claim))
         assert {h.pids["odd"], h.pids["forger"], h.pids["titled"]} <= expected
-        assert not {h.pids["untagged"], h.pids["longtag"], h.pids["zombie"]} & expected
+        assert not {h.pids[r] for r in ("untagged", "longtag", "oddenv", "zombie")} & expected
         before = {p.pid for p in procs.session_members(h.sid)}
         r = LOCAL.run(stop_command(claim, 2))
         assert r.ok, r.stderr

@@ -77,7 +77,7 @@ PRINTABLE = r"'\000\011\012\040-\176'"
 TABLE_SH = (
     r"""
 proc_table() {
-  ( cd /proc || exit 1
+  ( export LC_ALL=C; cd /proc || exit 1
     printf 'proc-table %s %s %s\n' "$(id -u)" "$(getconf CLK_TCK 2>/dev/null || echo 100)" \
       "$(getconf PAGESIZE 2>/dev/null || echo 4096)"
     {
@@ -93,7 +93,7 @@ proc_table() {
     printf '%s\n' [0-9]*/environ | xargs -r grep -a -z -H -m 4 '^RUN_TAG=' 2>/dev/null \
       | cut -z -b 1-TAG_CUT
     printf '== end ==\000'
-  ) | tr -c PRINTABLE '?'
+  ) | LC_ALL=C tr -c PRINTABLE '?'
 }
 """.replace("RUN_TAG", RUN_TAG)
     .replace("LINE_BYTES", str(LINE_BYTES))

@@ -12,12 +12,12 @@ from deskside.facts.procs import LINE_BYTES, PRINTABLE, TABLE_CAP, parse_stat
 # `proc_threads`: every thread of every process (its stat line and kernel wait channel)
 THREADS_SH = r"""
 proc_threads() {
-  ( cd /proc || exit 1
+  ( export LC_ALL=C; cd /proc || exit 1
     {
       printf '%s\n' [0-9]*/task/[0-9]*/stat | xargs -r grep -a -H -m 16 ''
       printf '%s\n' [0-9]*/wchan [0-9]*/task/[0-9]*/wchan | xargs -r grep -a -H -m 1 ''
     } 2>/dev/null | cut -b 1-LINE_BYTES
-  ) | tr -c PRINTABLE '?'
+  ) | LC_ALL=C tr -c PRINTABLE '?'
 }
 """.replace("LINE_BYTES", str(LINE_BYTES)).replace("PRINTABLE", PRINTABLE)
 

@@ -86,7 +86,7 @@ members() {
 """
 
 STOP_SESSION_SH = (
-    "sid=$1; grace=$2; start=${3:-}; tag=${4:-}\n"
+    "sid=$1; grace=$2; start=${3:-}; tag=${4:-}; export LC_ALL=C\n"
     + _PID_SH
     + r"""
 case $start in
