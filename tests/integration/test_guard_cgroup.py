@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from deskside.exporter.running import parse_stat
+from deskside.facts.procs import RUN_TAG, parse_stat
 from deskside.layout import NodeLayout
 from deskside.records.node import NodeState, write_state
 from deskside.records.run import save_run
 from deskside.records.where import run_file
 from deskside.runtime.control import run_tag
-from deskside.runtime.node_sh import RUN_TAG
 from deskside.transport.local import LocalTransport
 
 from ..cli_process import ROOT, deskside
@@ -124,7 +123,7 @@ def _into(cg: Path) -> None:
 def _start_ticks(pid: int) -> int:
     parsed = parse_stat(Path(f"/proc/{pid}/stat").read_text())
     assert parsed is not None
-    return parsed[1]
+    return parsed.start_ticks
 
 
 def test_guard_stops_the_engine_in_a_cgroup_under_the_floor(

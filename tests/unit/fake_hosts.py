@@ -14,6 +14,7 @@ import httpx
 
 from deskside.deploy import releases as rel
 from deskside.facts import access, clock, disk, network, programs, versions
+from deskside.facts.procs import PROCESS_IDS, RUN_TAG
 from deskside.layout import STATE_FILE
 from deskside.records.read import NODE_READ_SH
 from deskside.runtime import node_sh
@@ -21,6 +22,7 @@ from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
 from .fact_answers import answer_round_trip
+from .proc_tables import P, table_text, tagged
 
 BAD_FLAG = "--no-such-flag"
 # a node's facts as `key=value` lines (`fact_answer` answers each fact from them)
@@ -111,6 +113,7 @@ class FakeHost(FakeTransport):
         self.container_up = False
         self.container_broken = False
         self.proxies: set[int] = set()
+        self.tags: dict[int, str] = {}  # pid -> the run tag it was started with
         self.default = self._answer
 
     # -- helpers
@@ -159,6 +162,9 @@ class FakeHost(FakeTransport):
     ) -> int:
         self.journal.entries.append((self.label, "spawn", tuple(argv)))
         pid = super().spawn(argv, log_path=log_path, cwd=cwd)
+        tag = dict(env or {}).get(RUN_TAG)  # type: ignore[call-overload]
+        if tag:
+            self.tags[pid] = tag
         script = argv[-1]
         if any(word.endswith("/run-proxy.sh") for word in argv):  # /bin/sh run-proxy.sh ...
             self.proxies.add(pid)
@@ -183,6 +189,20 @@ class FakeHost(FakeTransport):
     def get(self, path: str) -> bytes:
         return super().get(self.resolve(path))
 
+    def table(self) -> str:
+        """The node's process table: each live process a session leader started at
+        1000 + pid with the run tag it was spawned with; an engine with two ranks in its
+        session (one tagged, one whose title hid its environment)."""
+        procs: list[P] = []
+        for pid in sorted(self.alive):
+            tag = self.tags.get(pid)
+            procs.append(tagged(pid, tag, start=1000 + pid) if tag else P(pid, start=1000 + pid))
+            if tag and pid not in self.proxies:
+                rank = 100_000 + 2 * pid
+                procs.append(tagged(rank, tag, ppid=pid, session=pid, start=1001 + pid))
+                procs.append(P(rank + 1, ppid=rank, session=pid, start=1002 + pid, environ=b"\0\0"))
+        return table_text(procs)
+
     # -- the node's shell
 
     def _answer(self, argv: Sequence[str]) -> Result:
@@ -196,16 +216,16 @@ class FakeHost(FakeTransport):
                 self.links[args[2]] = args[0]
                 return Result(0, "", "")
             if script == node_sh.POLL_SH:
-                pid, log, off = int(args[0]), args[1], int(args[2])
+                log, off = args[0], int(args[1])
                 data = self.files.get(log, b"")
-                alive = int(pid in self.alive)
-                return Result(0, f"alive={alive} size={len(data)}\n" + data[off:].decode(), "")
+                text = f"{self.table()}size={len(data)}\n" + data[off:].decode()
+                return Result(0, text, "")
+            if script == PROCESS_IDS.script:
+                return Result(0, self.table(), "")
             if script == node_sh.STOP_SESSION_SH:
-                self.alive.discard(int(args[0]))
+                if args[2] and args[3]:  # the node's shell refuses a stop without them
+                    self.alive.discard(int(args[0]))
                 return Result(0, "", "")
-            if script == node_sh.SESSION_STATS_SH:
-                n = 3 if int(args[0]) in self.alive else 0
-                return Result(0, f"processes={n} rss_kib={n * 1000}\n", "")
             if script == rel.MODEL_SWAP_SH:
                 new, target, _old = args
                 for path in self.tree(target):
@@ -216,7 +236,7 @@ class FakeHost(FakeTransport):
                 data = self.files.get(self.resolve(args[0]))
                 return Result(0, data.decode(), "") if data is not None else Result(4, "", "")
             if script == node_sh.PROC_START_SH:
-                return Result(0, f"start={1000 + int(args[0])}\n", "")
+                return Result(0, P(int(args[0]), start=1000 + int(args[0])).stat(), "")
             return Result(0, "", "")
         if a[:2] == ["readlink", "--"]:
             target = self.links.get(a[2])

@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 
 from deskside.deploy import releases as rel
+from deskside.facts.procs import RUN_TAG
+from deskside.identity import Claim, Unproven, stop_command
 from deskside.layout import NodeLayout
+from deskside.records.node import NodeState
 from deskside.runtime import node_sh
+from deskside.runtime.control import Control
+from deskside.transport.base import Result
 from deskside.transport.local import LocalTransport
 from deskside.transport.ssh import shell_command, spawn_command
 
@@ -26,17 +31,51 @@ from .. import procs
 LOCAL = LocalTransport()
 
 
-def _poll(pid: int, log: str, offset: int, start: int | None = None) -> tuple[bool, int, bytes]:
-    return node_sh.parse_poll(LOCAL.run(node_sh.poll_process(pid, log, offset, start)).stdout)
+TAG = "r/n/1/engine"
 
 
-def _stats(pid: int, start: int | None = None) -> tuple[int, int]:
-    return node_sh.parse_session_stats(LOCAL.run(node_sh.session_stats(pid, start)).stdout)
+def _state(pid: int, start: int | None = None, tag: str | None = None) -> NodeState:
+    return NodeState(
+        recipe="r",
+        node="n",
+        role="head",
+        node_rank=0,
+        release=None,
+        control="process",
+        pid=pid,
+        pid_start=start,
+        run_tag=tag,
+        started_at="2026-01-01T00:00:00+00:00",
+    )
+
+
+CONTROL = Control("process", "native", NodeLayout.at("/srv/r/n", "r"))
+
+
+def _poll(
+    pid: int, log: str, offset: int, start: int | None = None, tag: str | None = None
+) -> tuple[bool, int, bytes]:
+    """(alive, log size, new bytes): the engine's poll, on this machine."""
+    return CONTROL.poll(LOCAL, _state(pid, start, tag).model_copy(update={"log": log}), offset)
+
+
+def _stats(pid: int, start: int | None = None, tag: str | None = None) -> tuple[int, int]:
+    return CONTROL.stats(LOCAL, _state(pid, start, tag))
+
+
+def _stop(pid: int, grace: float, start: int | None, tag: str = TAG) -> Result:
+    return LOCAL.run(stop_command(Claim("the engine", pid, start, tag), grace))
+
+
+def _start(pid: int) -> int:
+    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    assert start is not None and start > 0
+    return start
 
 
 def _spawn(tmp: Path, script: str) -> tuple[int, Path]:
     log = tmp / "out.log"
-    pid = LOCAL.spawn(["sh", "-c", script], log_path=str(log))
+    pid = LOCAL.spawn(["sh", "-c", script], env={RUN_TAG: TAG}, log_path=str(log))
     return pid, log
 
 
@@ -45,13 +84,14 @@ def test_stop_session_escalates_to_sigkill(tmp_path: Path) -> None:
     pid, _ = _spawn(tmp_path, "trap '' TERM; sh -c \"trap '' TERM; sleep 60\" & sleep 60")
     time.sleep(0.3)
     assert len(procs.session_members(pid)) >= 2
+    start = _start(pid)
     t0 = time.monotonic()
-    r = LOCAL.run(node_sh.stop_session(pid, grace=1))
+    r = _stop(pid, 1, start)
     procs.reap(pid)
     assert r.ok, r.stderr
     assert not procs.session_members(pid)
     assert 0.9 < time.monotonic() - t0 < 15
-    assert LOCAL.run(node_sh.stop_session(pid, grace=1)).ok  # nothing left: still fine
+    assert _stop(pid, 1, start).ok  # nothing left: still fine
 
 
 def test_poll_reports_liveness_and_new_log_bytes(tmp_path: Path) -> None:
@@ -59,26 +99,19 @@ def test_poll_reports_liveness_and_new_log_bytes(tmp_path: Path) -> None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and log.read_bytes().count(b"\n") < 2:
         time.sleep(0.05)
-    alive, size, chunk = node_sh.parse_poll(
-        LOCAL.run(node_sh.poll_process(pid, str(log), 0)).stdout
-    )
+    start = _start(pid)
+    alive, size, chunk = _poll(pid, str(log), 0, start, TAG)
     assert alive and size == 8 and chunk == b"one\ntwo\n"
-    alive, size, chunk = node_sh.parse_poll(
-        LOCAL.run(node_sh.poll_process(pid, str(log), 4)).stdout
-    )
+    alive, size, chunk = _poll(pid, str(log), 4, start, TAG)
     assert alive and size == 8 and chunk == b"two\n"
-    alive, size, chunk = node_sh.parse_poll(
-        LOCAL.run(node_sh.poll_process(pid, str(log), 8)).stdout
-    )
+    alive, size, chunk = _poll(pid, str(log), 8)  # no start, no tag: alive, unproven
     assert alive and size == 8 and chunk == b""
-    processes, rss = _stats(pid)
+    processes, rss = _stats(pid, start, TAG)
     assert processes == 1 and rss > 0
     assert procs.stop_session(pid, grace=2)
-    alive, _, _ = _poll(pid, str(log), 8)
+    alive, _, _ = _poll(pid, str(log), 8, start, TAG)
     assert not alive
-    missing = node_sh.parse_poll(
-        LOCAL.run(node_sh.poll_process(pid, str(tmp_path / "none"), 0)).stdout
-    )
+    missing = _poll(pid, str(tmp_path / "none"), 0, start, TAG)
     assert missing == (False, 0, b"")
 
 
@@ -87,20 +120,15 @@ def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
     pid is someone else's (pid reuse) and is reported gone, never stopped."""
     pid, log = _spawn(tmp_path, "sleep 60 & exec sleep 60")
     time.sleep(0.2)
-    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
-    assert start is not None and start > 0
+    start = _start(pid)
     other = start + 1
-    poll = node_sh.poll_process(pid, str(log), 0, other)
-    assert node_sh.parse_poll(LOCAL.run(poll).stdout)[0] is False
-    assert _stats(pid, other) == (
-        0,
-        0,
-    )
-    r = LOCAL.run(node_sh.stop_session(pid, 1, other))
+    assert _poll(pid, str(log), 0, other, TAG)[0] is False
+    assert _stats(pid, other, TAG) == (0, 0)
+    r = _stop(pid, 1, other)
     assert r.ok and "left alone" in r.stderr
     assert len(procs.session_members(pid)) == 2  # untouched
-    assert _poll(pid, str(log), 0, start)[0]
-    assert LOCAL.run(node_sh.stop_session(pid, 1, start)).ok
+    assert _poll(pid, str(log), 0, start, TAG)[0]
+    assert _stop(pid, 1, start).ok
     procs.reap(pid)
     assert not procs.session_members(pid)
 
@@ -111,22 +139,19 @@ def test_command_names_with_spaces_and_parentheses(tmp_path: Path) -> None:
     script = tmp_path / "a (b) c"
     script.write_text("#!/bin/sh\nexec sleep 60\n")
     script.chmod(0o755)
-    pid = LOCAL.spawn([str(script)], log_path=str(tmp_path / "log"))
+    pid = LOCAL.spawn([str(script)], env={RUN_TAG: TAG}, log_path=str(tmp_path / "log"))
     time.sleep(0.2)
-    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
-    assert start is not None
-    stats = _stats(pid, start)
+    start = _start(pid)
+    stats = _stats(pid, start, TAG)
     assert stats[0] == 1 and stats[1] > 0
-    assert LOCAL.run(node_sh.stop_session(pid, 1, start)).ok
+    assert _stop(pid, 1, start).ok
     procs.reap(pid)
     assert not procs.session_members(pid)
 
 
 def test_a_process_that_is_not_a_session_leader_is_not_alive() -> None:
     # pid reuse: a live process that does not lead its own session is not our engine
-    alive, _, _ = node_sh.parse_poll(
-        LOCAL.run(node_sh.poll_process(os.getpid(), "/dev/null", 0)).stdout
-    )
+    alive, _, _ = _poll(os.getpid(), "/dev/null", 0)
     assert alive == (os.getsid(0) == os.getpid())
 
 
@@ -198,12 +223,11 @@ def test_a_rank_whose_title_hid_the_tag_is_signalled_with_its_session(tmp_path: 
     rank = next(p.pid for p in members if p.cmdline.startswith("VLLM::Worker_TP1"))
     untagged = next(p.pid for p in members if p.pid not in (pid, rank))
     assert not Path(f"/proc/{rank}/environ").read_bytes().strip(b"\0")  # the title's doing
-    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    start = _start(pid)
     try:
         os.kill(rank, signal.SIGSTOP)
-        r = LOCAL.run(node_sh.session_stats(pid, start, tag))
-        assert node_sh.parse_session_stats(r.stdout)[0] == 2  # the leader and the rank
-        assert LOCAL.run(node_sh.stop_session(pid, 5, start, tag)).ok
+        assert _stats(pid, start, tag)[0] == 2  # the leader and the rank
+        assert _stop(pid, 5, start, tag).ok
         procs.reap(pid)
         assert [p.pid for p in procs.session_members(pid)] == [untagged]
     finally:
@@ -246,14 +270,11 @@ def test_a_rank_whose_title_clobbered_the_start_of_its_environment(tmp_path: Pat
     rank = next(p.pid for p in procs.session_members(pid) if p.pid != pid)
     env = Path(f"/proc/{rank}/environ").read_bytes()
     assert env[:1] == b"\0" and b"DESKSIDE_RUN" not in env and env.strip(b"\0")
-    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    start = _start(pid)
     try:
         os.kill(rank, signal.SIGSTOP)
-        assert (
-            node_sh.parse_session_stats(LOCAL.run(node_sh.session_stats(pid, start, tag)).stdout)[0]
-            == 2
-        )
-        assert LOCAL.run(node_sh.stop_session(pid, 5, start, tag)).ok
+        assert _stats(pid, start, tag)[0] == 2
+        assert _stop(pid, 5, start, tag).ok
         procs.reap(pid)
         assert procs.session_members(pid) == []
     finally:
@@ -272,17 +293,21 @@ def test_only_processes_carrying_the_run_tag_are_signalled(tmp_path: Path) -> No
     members = procs.session_members(pid)
     assert len(members) == 2
     untagged = next(p.pid for p in members if p.pid != pid)
-    start = node_sh.parse_proc_start(LOCAL.run(node_sh.proc_start(pid)).stdout)
+    start = _start(pid)
     try:
-        assert _stats(pid, start)[0] == 2  # no tag given: every member counts
-        r = LOCAL.run(node_sh.session_stats(pid, start, "r/n/1/engine"))
-        assert node_sh.parse_session_stats(r.stdout)[0] == 1
+        assert _stats(pid, start)[0] == 2  # no tag recorded: every member counts (unproven)
+        assert _stats(pid, start, "r/n/1/engine")[0] == 1
+        # no tag recorded: nothing is signalled at all (refused before the node, and there)
+        with pytest.raises(Unproven, match="no run tag"):
+            stop_command(Claim("the engine", pid, start, None), 1)
+        r = LOCAL.run(node_sh.stop_session(pid, 1, start, ""))
+        assert r.rc == 2 and "no run tag" in r.stderr
         # a wrong tag: the leader is not ours, nothing is signalled
-        r = LOCAL.run(node_sh.stop_session(pid, 1, start, "r/n/2/engine"))
+        r = _stop(pid, 1, start, "r/n/2/engine")
         assert r.ok and "left alone" in r.stderr
         assert len(procs.session_members(pid)) == 2
         # the right tag: the leader goes, the untagged member stays
-        assert LOCAL.run(node_sh.stop_session(pid, 1, start, "r/n/1/engine")).ok
+        assert _stop(pid, 1, start, "r/n/1/engine").ok
         procs.reap(pid)
         assert [p.pid for p in procs.session_members(pid)] == [untagged]
     finally:
@@ -292,11 +317,10 @@ def test_only_processes_carrying_the_run_tag_are_signalled(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("pid", ["0", "1", "-1", "", "x"])
 def test_scripts_refuse_pids_that_select_groups_or_init(pid: str) -> None:
-    for script in (node_sh.STOP_SESSION_SH, node_sh.SESSION_STATS_SH):
-        r = LOCAL.run(["sh", "-c", script, "sh", pid, "1"])
-        assert r.rc == 2 and "refusing" in r.stderr
-    r = LOCAL.run(["sh", "-c", node_sh.POLL_SH, "sh", pid, "/dev/null", "0"])
-    assert r.rc == 2
+    r = LOCAL.run(["sh", "-c", node_sh.STOP_SESSION_SH, "sh", pid, "1", "100", TAG])
+    assert r.rc == 2 and "refusing" in r.stderr
+    r = LOCAL.run(["sh", "-c", node_sh.STOP_PID_SH, "sh", pid, "100"])
+    assert r.rc == 2 and "refusing" in r.stderr
 
 
 def test_a_state_naming_pid_1_does_not_load() -> None:

@@ -27,6 +27,8 @@ from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 from deskside.transport.ssh import SshError
 
+from .proc_tables import P, table_text, tagged
+
 NAME = "diagunit"
 ENGINE_KEY = "Q7engineKEYvalue0001"  # known only from this machine's secrets folder
 NODE_KEY = "R8nodeSideKEYvalue02"  # known only from the node's secret files
@@ -42,18 +44,50 @@ LOG = (
     "DEBUG header Authorization: Bearer bearer-planted-value\n"
     "ERROR NCCL watchdog timeout\n"
 )
-TREE = "\n".join(
+ENGINE_TAG = f"{NAME}/node0/20260101000000/engine"
+TABLE = table_text(
     [
-        "clk_tck\t100",
-        "uid\t0",
-        "proc\t500\t1\tS\t10\t5\t1000\t2\t42\tdo_wait\tsh",
-        f"cmd\t500\tsh -c launch.sh --api-key {SK}",
-        "task\t500\t500\tS\t10\t5\tdo_wait\tsh",
-        "proc\t501\t500\tD\t900\t100\t9000\t1\t43\tnfs_wait\tpython3",
-        f"cmd\t501\t/venv/bin/python3 -m vllm.entrypoints.openai.api_server --api-key={SK}",
-        "task\t501\t501\tD\t900\t100\tnfs_wait\tpython3",
-        "",
+        tagged(
+            500,
+            ENGINE_TAG,
+            start=42,
+            comm="sh",
+            utime=10,
+            stime=5,
+            threads=2,
+            rss_pages=250,
+            argv=("sh", "-c", f"launch.sh --api-key {SK}"),
+        ),
+        tagged(
+            501,
+            ENGINE_TAG,
+            ppid=500,
+            session=500,
+            start=43,
+            comm="python3",
+            state="D",
+            utime=900,
+            stime=100,
+            rss_pages=2250,
+            argv=(
+                "/venv/bin/python3",
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                f"--api-key={SK}",
+            ),
+        ),
     ]
+)
+TREE = (
+    "roots 500 501\n"
+    + TABLE
+    + "500/wchan:do_wait\n501/wchan:nfs_wait\n"
+    + "500/task/500/stat:"
+    + P(500, state="S", utime=10, stime=5, comm="sh").stat()
+    + "500/task/500/wchan:do_wait\n"
+    + "501/task/501/stat:"
+    + P(501, state="D", utime=900, stime=100, comm="python3").stat()
+    + "501/task/501/wchan:nfs_wait\n"
 )
 STACKS = "py-spy: not found\n\n=== process 500 (sh)\n--- thread 500 (sh) state S wchan do_wait\n"
 
@@ -81,7 +115,7 @@ def answering(recipe_dir: str) -> FakeTransport:
             NODE_READ_SH: _state(recipe_dir).model_dump_json(),
             known.NODE_SECRETS_SH: f"{ENGINE_KEY_ENV}={NODE_KEY}\n",
             node.TAIL_SH: LOG,
-            procs.SESSION_PIDS_SH: "session\n500\n501\n",
+            procs.SESSION_PIDS_SH: TABLE + "claim\n" + "\n".join(argv[4:7]),
             procs.TREE_SH: TREE,
             stacks.STACKS_SH: STACKS,
         }

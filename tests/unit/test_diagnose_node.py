@@ -18,9 +18,11 @@ from deskside.records.run import RunNode, RunRecord
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
+from .proc_tables import P, table_text
+
 NAME = "diagnode"
 DIR = f"/srv/deskside/{NAME}"
-TREE = "clk_tck\t100\nproc\t700\t1\tS\t1\t1\t10\t1\t5\t0\tpython3\ncmd\t700\tpython3 x\n"
+TREE = "roots 700\n" + table_text([P(700, start=5, comm="python3", argv=("python3", "x"))])
 
 
 def _run(control: str, kind: str) -> RunRecord:
@@ -71,6 +73,8 @@ def _transport(state: NodeState, answers: dict[str, str]) -> FakeTransport:
             if script == procs.TREE_SH:
                 return Result(0, TREE, "")
             for key, out in answers.items():
+                if key == script == procs.SESSION_PIDS_SH:  # the script adds its claim
+                    return Result(0, out + "claim\n" + "\n".join(words[4:7]), "")
                 if key == script:
                     return Result(0, out, "")
             return Result(0, "", "")
@@ -114,7 +118,11 @@ def test_compose_reads_the_containers_main_processes() -> None:
 
 @pytest.mark.parametrize(
     ("answer", "why"),
-    [("gone\n", "is gone"), ("replaced\n", "is another process now")],
+    [
+        (table_text([P(1, 0, start=1)]), "is gone"),
+        (table_text([P(700, start=6)]), "is another process now"),  # another start time
+        (table_text([P(700, start=5)]), "is another process now"),  # no run tag
+    ],
 )
 def test_a_gone_or_reused_engine_is_recorded(answer: str, why: str) -> None:
     st = _state(

@@ -24,24 +24,61 @@ from deskside.diagnose.procs import (
     tree_command,
 )
 from deskside.diagnose.stacks import python_dirs, stacks_command, stacks_timeout
-from deskside.runtime.node_sh import RUN_TAG, parse_proc_start, proc_start
+from deskside.facts.procs import RUN_TAG
+from deskside.runtime.node_sh import parse_proc_start, proc_start
 from deskside.transport.local import LocalTransport
 
-TREE = "\n".join(
-    [
-        "clk_tck\t100",
-        "uid\t0",
-        "proc\t200\t1\tS\t150\t50\t2048\t2\t777\tdo_select\tpython3",
-        "cmd\t200\t/venv/bin/python3 -m vllm.entrypoints.openai.api_server --port 8000 ",
-        "task\t200\t200\tS\t100\t20\tdo_select\tpython3",
-        "task\t200\t201\tD\t50\t30\tnfs_wait_bit_killable\tpython3",
-        "proc\t210\t200\tR\t1000\t0\t4096\t1\t780\t0\tVLLM::Worker_TP",
-        "cmd\t210\tVLLM::Worker_TP0",
-        "task\t210\t210\tR\t1000\t0\t0\tVLLM::Worker_TP",
-        "proc\t220\t210\tZ\t0\t0\t0\t1\t790\t0\tpt main (x) y",
-        "garbage line",
-        "",
-    ]
+from .proc_tables import P, table_text, tagged
+
+
+def _task(pid: int, tid: int, state: str, utime: int, stime: int, wchan: str, comm: str) -> str:
+    stat = P(tid, state=state, utime=utime, stime=stime, comm=comm).stat()
+    return f"{pid}/task/{tid}/stat:{stat}{pid}/task/{tid}/wchan:{wchan}\n"
+
+
+# as the node prints it: the roots, the process table, every thread (and one junk line)
+TREE = (
+    "roots 200\n"
+    + table_text(
+        [
+            P(1, 0, comm="init", start=1),
+            P(
+                200,
+                1,
+                777,
+                "python3",
+                "S",
+                utime=150,
+                stime=50,
+                threads=2,
+                rss_pages=512,
+                argv=(
+                    "/venv/bin/python3",
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--port",
+                    "8000",
+                ),
+            ),
+            P(
+                210,
+                200,
+                780,
+                "VLLM::Worker_TP",
+                "R",
+                utime=1000,
+                rss_pages=1024,
+                argv=("VLLM::Worker_TP0",),
+            ),
+            P(220, 210, 790, "pt main (x) y", "Z"),
+            P(300, 1, 800, "unrelated"),
+        ]
+    ).replace("== nul ==", "garbage line\n== nul ==")
+    + "200/wchan:do_select\n210/wchan:0\n"
+    + _task(200, 200, "S", 100, 20, "do_select", "python3")
+    + _task(200, 201, "D", 50, 30, "nfs_wait_bit_killable", "python3")
+    + _task(210, 210, "R", 1000, 0, "0", "VLLM::Worker_TP")
+    + _task(300, 300, "S", 0, 0, "0", "unrelated")
 )
 
 
@@ -77,8 +114,25 @@ def test_render_tree_indents_children_and_lists_threads() -> None:
 
 
 def test_parse_session_and_pids() -> None:
-    assert parse_session_pids("session\n12\n13\n") == ("session", [12, 13])
-    assert parse_session_pids("replaced\n") == ("replaced", [])
+    tag = "r/n/20260101000000/engine"
+    table = table_text(
+        [
+            tagged(12, tag, start=5),
+            tagged(13, tag, ppid=12, session=12, start=6),
+            P(14, ppid=12, session=12, start=7),  # its environment reads, without the tag
+            P(15, ppid=1, session=15, start=8, state="Z"),
+        ]
+    )
+
+    def claim(pid: int, start: str, tag: str) -> str:
+        return f"{table}claim\n{pid}\n{start}\n{tag}"
+
+    assert parse_session_pids(claim(12, "5", tag)) == ("session", [12, 13])
+    assert parse_session_pids(claim(12, "", "")) == ("session", [12, 13, 14])  # unproven
+    assert parse_session_pids(claim(12, "4", tag)) == ("replaced", [])
+    assert parse_session_pids(claim(12, "5", "r/n/20260101000001/engine")) == ("replaced", [])
+    assert parse_session_pids(claim(15, "8", "")) == ("zombie", [15])
+    assert parse_session_pids(claim(16, "8", tag)) == ("gone", [])
     assert parse_session_pids("") == ("gone", [])
     assert parse_pids("12\n1\n0\n12\nabc 40") == [12, 40]
 

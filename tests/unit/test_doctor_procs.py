@@ -4,39 +4,48 @@ live runs' tags."""
 
 from __future__ import annotations
 
-import json
+import os
 import subprocess
 import sys
 
+import pytest
+
 from deskside.doctor.procs import (
     Owner,
+    ProcScan,
     cgroup_owner,
-    engine_family,
     engine_findings,
     engines,
-    parse_scan,
-    scan_command,
-    stop_pid_command,
+    parse_gpu_apps,
+    scan,
 )
+from deskside.errors import DesksideError
+from deskside.facts.memory import parse_meminfo
+from deskside.facts.procs import RUN_TAG, engine_family, parse_table
+from deskside.identity import Unproven, stop_named
+from deskside.transport.local import LocalTransport
+
+from .proc_tables import P, table_text
 
 MEMINFO = "MemTotal:       131072000 kB\nMemAvailable:    1300000 kB\n"
 
 
 def _p(pid, ppid, rss_kib, argv, tag=None, cg=("/user.slice/session-3.scope",), start=1000):  # type: ignore[no-untyped-def]
-    return json.dumps({"p": [pid, ppid, start, rss_kib, tag, list(argv), list(cg)]})
+    environ = f"PATH=/bin\0{RUN_TAG}={tag}\0".encode() if tag else b"PATH=/bin\0"
+    return P(
+        pid,
+        ppid=ppid,
+        start=start,
+        comm=str(argv[0])[:15],
+        rss_pages=rss_kib // 4,
+        argv=tuple(argv),
+        environ=environ,
+        cgroups=tuple(f"0::{c}" for c in cg),
+    )
 
 
-HEAD = json.dumps(
-    {
-        "clk_tck": 100,
-        "uptime": 3600.0 * 5,
-        "meminfo": MEMINFO,
-        "gpu": [["4100", " 1100"], ["4101", " [N/A]"]],
-    }
-)
-RECORDED = "\n".join(
+TABLE = table_text(
     [
-        HEAD,
         _p(1, 0, 10_000, ["/sbin/init"]),
         # an earlier engine: `vllm serve` and its workers, titled by vLLM
         _p(4100, 1, 3_000_000, ["/usr/bin/python3", "/usr/local/bin/vllm", "serve", "m"]),
@@ -57,16 +66,20 @@ RECORDED = "\n".join(
         # look-alikes that are not engines
         _p(8000, 1, 100, ["python", "-m", "pytest", "tests/test_vllm.py"]),
         _p(8001, 1, 100, ["grep", "vllm"]),
-        "noise",
-    ]
+    ],
+    uptime=3600.0 * 5,
 )
+GPU = "ok\n4100, 1100\n4101, [N/A]\n"
+RECORDED = ProcScan(parse_table(TABLE), parse_meminfo(MEMINFO), parse_gpu_apps(GPU).used)
 
 
 def test_recorded_scan_is_parsed() -> None:
-    scan = parse_scan(RECORDED)
-    assert len(scan.procs) == 10
-    assert scan.meminfo is not None and scan.meminfo.available_bytes == 1_300_000 * 1024
-    assert scan.gpu == {4100: 1100 << 20}  # "[N/A]" (unified memory) is not a number
+    assert len(RECORDED.procs) == 10
+    assert RECORDED.meminfo is not None and RECORDED.meminfo.available_bytes == 1_300_000 * 1024
+    assert RECORDED.gpu == {4100: 1100 << 20}  # "[N/A]" (unified memory) is not a number
+    assert parse_gpu_apps("none\n").used is None
+    failed = parse_gpu_apps("error 9\nNVIDIA-SMI has failed")
+    assert failed.used is None and failed.error == "NVIDIA-SMI has failed"
 
 
 def test_engine_family() -> None:
@@ -92,7 +105,7 @@ def test_cgroup_owner() -> None:
 
 
 def test_an_engine_is_reported_once_with_its_tree() -> None:
-    found = {e.root.pid: e for e in engines(parse_scan(RECORDED))}
+    found = {e.root.pid: e for e in engines(RECORDED)}
     assert sorted(found) == [4100, 5000, 6000, 7000]
     old = found[4100]
     assert old.pids == (4100, 4101, 4102, 4103)
@@ -101,9 +114,7 @@ def test_an_engine_is_reported_once_with_its_tree() -> None:
 
 
 def test_judge_spares_live_runs_and_names_the_stop_command() -> None:
-    findings = engine_findings(
-        parse_scan(RECORDED), "ai1", frozenset({"r/n0/20260101000000/engine"})
-    )
+    findings = engine_findings(RECORDED, "ai1", frozenset({"r/n0/20260101000000/engine"}))
     by_pid = {f.detail["pid"]: f for f in findings}
     assert by_pid[5000].kind == "engine" and by_pid[5000].severity == "info"
     old = by_pid[4100]
@@ -113,7 +124,7 @@ def test_judge_spares_live_runs_and_names_the_stop_command() -> None:
     assert by_pid[6000].fix == "docker stop " + "ab" * 6
     assert by_pid[7000].fix == "systemctl stop ollama.service"
     # the same tag with no live run behind it is a foreign engine
-    stale = engine_findings(parse_scan(RECORDED), "ai1", frozenset())
+    stale = engine_findings(RECORDED, "ai1", frozenset())
     assert {f.detail["pid"] for f in stale if f.kind == "foreign-engine"} == {
         4100,
         5000,
@@ -123,20 +134,30 @@ def test_judge_spares_live_runs_and_names_the_stop_command() -> None:
 
 
 def test_scan_runs_here_and_finds_itself_absent_of_engines() -> None:
-    r = subprocess.run(scan_command(sys.executable), capture_output=True, text=True, check=True)
-    scan = parse_scan(r.stdout)
-    assert scan.meminfo is not None and scan.uptime > 0
-    me = next(p for p in scan.procs if p.pid == subprocess.os.getpid())  # type: ignore[attr-defined]
-    assert me.rss_bytes > 0
+    found = scan(LocalTransport(), 60)
+    assert found.meminfo is not None and found.table.uptime
+    me = next(p for p in found.procs if p.pid == os.getpid())
+    assert me.rss_bytes > 0 and me.start_ticks > 0 and me.argv
+
+
+def test_a_scan_that_cannot_read_the_table_says_why() -> None:
+    from deskside.transport.fake import FakeTransport
+
+    with pytest.raises(DesksideError, match="the process scan failed"):
+        scan(FakeTransport(), 60)
 
 
 def test_stop_pid_checks_the_start_time() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        r = subprocess.run(stop_pid_command(child.pid, 1), capture_output=True, text=True)
+        r = subprocess.run(stop_named(child.pid, 1), capture_output=True, text=True)
         assert r.returncode == 3 and "another process" in r.stderr
         assert child.poll() is None
-        assert subprocess.run(stop_pid_command(1, 1)).returncode == 2
+        with pytest.raises(Unproven):
+            stop_named(1, 1)
+        with pytest.raises(Unproven):
+            stop_named(child.pid, None)
+        assert child.poll() is None
     finally:
         child.kill()
         child.wait()

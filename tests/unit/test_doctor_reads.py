@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from deskside.doctor.procs import GPU_APPS
 from deskside.doctor.run import Doctor
 from deskside.facts import disk, network
+from deskside.facts.procs import PROCESSES
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
 from .fact_answers import answer_round_trip
+from .proc_tables import table_text
 from .test_deploy_pipeline import Cluster
 
 GIB = 1 << 30
@@ -24,8 +27,12 @@ def node(available_kib: int) -> FakeTransport:
 
     def fact(argv: list[str]) -> Result | None:
         script, args = argv[2], argv[4:]
-        if script == 'exec "$@"':  # the process, shared memory and stack scans
+        if script == 'exec "$@"':  # the shared memory and stack scans
             return Result(0, "", "")
+        if script == PROCESSES.script:  # no process
+            return Result(0, table_text([]), "")
+        if script == GPU_APPS.script:
+            return Result(0, "none\n", "")
         if script == 'exec cat -- "$1/meminfo"':
             return Result(0, f"MemTotal: 134217728 kB\nMemAvailable: {available_kib} kB\n", "")
         if script == network.LISTENING_SH:

@@ -10,7 +10,7 @@ import pytest
 
 from deskside.exporter import engine
 from deskside.exporter.engine import EngineReading, Progress, parse_engine, read_engine
-from deskside.exporter.running import EngineFinder, find_engine, parse_stat
+from deskside.exporter.running import EngineFinder, find_engine
 
 from .exporter_cases import ENGINE_METRICS, ENGINE_PID, PROC, environ_value, exposition_sample_sum
 
@@ -162,12 +162,6 @@ def test_the_finder_remembers_the_engine_while_it_lives(tmp_path: Path) -> None:
     assert finder() is first  # not re-scanned
     shutil.rmtree(root / str(ENGINE_PID))
     assert finder() is None  # the engine exited
-
-
-def test_parse_stat_with_odd_command_names() -> None:
-    line = "2817 (vllm (x) y) S 1 1 1 0 -1 4194560 1 0 17 0 3 9 0 0 20 0 42 0 512377 0 0"
-    assert parse_stat(line) == ("S", 512377)
-    assert parse_stat("garbage") is None
 
 
 # --------------------------------------------------------------------------- sysfs per scrape

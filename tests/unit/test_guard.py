@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from deskside.facts.procs import PROCESS_IDS
 from deskside.guard.act import GRACE_SECONDS, engine_stop, node_control
 from deskside.guard.decide import Decision, decide
 from deskside.guard.watch import Guardian
@@ -24,6 +25,7 @@ from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
 from .exporter_cases import FLAGSHIP
+from .proc_tables import table_text, tagged
 
 
 def decide_all(
@@ -166,8 +168,9 @@ def _scripted(state: NodeState, alive: bool) -> FakeTransport:
     def answer(argv: Sequence[str]) -> Result:
         if len(argv) > 2 and argv[2] == NODE_READ_SH:
             return Result(0, state_bytes(state).decode(), "")
-        if len(argv) > 2 and argv[2] == node_sh.POLL_SH:
-            return Result(0, f"alive={int(alive)} size=0\n", "")
+        if len(argv) > 2 and argv[2] == PROCESS_IDS.script:
+            engine = [tagged(4321, state.run_tag or "", start=99)] if alive else []
+            return Result(0, table_text(engine), "")
         return Result(0, "", "")
 
     return FakeTransport(default=answer)

@@ -9,18 +9,34 @@ import subprocess
 import sys
 import time
 
+from deskside.facts.procs import computes
 from deskside.runtime.proc_sample import parse_sample, session_sample
-from deskside.survive.history import Look, computes, observations, parse_look, series
+from deskside.survive.history import Look, observations, parse_look, series
 from deskside.survive.observe import EngineSample, ProcessSample
 
-SAMPLE = """now 1000
-tck 100
-log 940
-p 11 S 120 30 /venv/bin/python -m deskside.engine.cpu serve /m --headless
-p 12 T 500 100 VLLM::Worker_TP1
-p junk
-p 13 R x 1 bad
-"""
+from .proc_tables import P, table_text
+
+CPU = ("/venv/bin/python", "-m", "deskside.engine.cpu", "serve", "/m", "--headless")
+SAMPLE = (
+    table_text(
+        [
+            P(11, 1, 500, "python", "S", utime=120, stime=30, argv=CPU),
+            P(
+                12,
+                11,
+                510,
+                "VLLM::Worker_TP",
+                "T",
+                session=11,
+                utime=500,
+                stime=100,
+                argv=("VLLM::Worker_TP1",),
+            ),
+            P(13, 1, 520, "other", "R", session=13, utime=1),  # another session
+        ]
+    ).replace("== nul ==", "p junk\n13/stat:13 (x) R x 1 bad\n== nul ==")
+    + "now 1000\nlog 940\nsession\n11\n\n"
+)
 
 
 def test_parse_sample() -> None:

@@ -2,13 +2,14 @@
 of control), and for each one and each of its threads the /proc facts that tell a busy
 engine from a wedged one (state letter, kernel wait channel, CPU time, resident memory).
 
-Commands are POSIX sh run through the node's Transport; parsers and the text view are pure.
+Commands are POSIX sh run through the node's Transport; they print the node's process table
+(`deskside.facts.procs`) and its threads; parsers and the text view are pure.
 
 Which processes are the engine's:
 
-- process control: the members of the session deskside started, proven as
-  `deskside.runtime.node_sh` proves them (the leader's start time, the DESKSIDE_RUN tag of
-  every member); a leader that is another process now is reported, never read further;
+- process control: the members of the session deskside started, judged by
+  `deskside.identity` (the leader's start time, the run tag of every member); a leader that
+  is another process now is reported, never read further;
 - systemd (native runtime): every process of the unit's cgroup;
 - Compose (container runtime, under systemd or not): the main process of every running
   container of the engine's project;
@@ -22,41 +23,46 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deskside.runtime import node_sh
+from deskside.facts.base import FactError
+from deskside.facts.procs import TABLE_SH, split_table
+from deskside.facts.threads import THREADS_SH, parse_threads
+from deskside.identity import Claim, judge
 from deskside.units import format_bytes
 
-# /proc/PID/stat after "pid (comm) ": $1 state, $2 ppid, $4 session, $12 utime, $13 stime,
-# $18 num_threads, $20 starttime (proc(5) fields 3, 4, 6, 14, 15, 20, 22).
-# The session leader: "gone", "replaced" (another process has its pid now), "zombie", or
-# "session" followed by the tagged members' pids.
+COMMAND_BYTES = 1000  # of a command line shown
+
+# The process table, then the claim it is judged against (the arguments, as given).
 SESSION_PIDS_SH = (
-    "sid=$1; start=${2:-}; tag=${3:-}\n"
-    + node_sh._PID_SH
-    + node_sh._STAT_SH
-    + node_sh._MEMBERS_SH
+    TABLE_SH
     + r"""
-if ! stat_fields "$sid"; then echo gone; exit 0; fi
-set -- $rest
-if [ "$1" = Z ]; then
-  if [ -z "$start" ] || [ "${20}" = "$start" ]; then echo zombie; echo "$sid"; exit 0; fi
-fi
-if replaced; then echo replaced; exit 0; fi
-echo session
-members
+proc_table
+printf 'claim\n%s\n%s\n%s' "$1" "${2:-}" "${3:-}"
 """
 )
 
 
 def session_pids_command(pid: int, start: int | None, tag: str | None) -> list[str]:
-    return ["sh", "-c", SESSION_PIDS_SH, "sh", str(pid), *node_sh._identity(start, tag)]
+    identity = ["" if start is None else str(start), tag or ""]
+    return ["sh", "-c", SESSION_PIDS_SH, "sh", str(pid), *identity]
 
 
 def parse_session_pids(stdout: str) -> tuple[str, list[int]]:
-    """(gone | replaced | zombie | session, pids) from `session_pids_command` output."""
-    words = stdout.split()
-    if not words:
+    """(gone | replaced | zombie | session, pids) from `session_pids_command` output: the
+    session's processes of the claim (`deskside.identity.Verdict.members`)."""
+    try:
+        table, rest = split_table(stdout)
+    except FactError:
         return "gone", []
-    return words[0], [int(w) for w in words[1:] if w.isdigit()]
+    words = rest.split("\n", 3)
+    if len(words) < 4 or words[0] != "claim" or not words[1].isdigit():
+        return "gone", []
+    start = int(words[2]) if words[2].isdigit() else None
+    verdict = judge(table, Claim("the engine", int(words[1]), start, words[3] or None))
+    if verdict.state == "zombie":
+        return "zombie", [int(words[1])]
+    if verdict.state in ("gone", "replaced"):
+        return verdict.state, []
+    return "session", list(verdict.members)
 
 
 # Every process of a systemd unit's cgroup (v2, or the v1 name=systemd hierarchy).
@@ -86,53 +92,17 @@ def parse_pids(stdout: str) -> list[int]:
     return sorted({int(w) for w in stdout.split() if w.isdigit() and int(w) > 1})
 
 
-# The roots ("$@") and all their descendants; for each process a `proc` line, its command
-# line (NULs, tabs and newlines as spaces, 1000 bytes at most) and a `task` line per thread.
-# Fields are tab-separated; the command name (which may hold spaces) comes last.
-TREE_SH = r"""
-echo "clk_tck	$(getconf CLK_TCK 2>/dev/null || echo 100)"
-echo "uid	$(id -u)"
-pids=$(for f in /proc/[0-9]*/stat; do
-  read -r st < "$f" 2>/dev/null || continue
-  p=${f#/proc/}; p=${p%/stat}
-  rest=${st##*) }
-  set -- $rest
-  echo "$p $2"
-done | awk -v roots="$*" '
-  { parent[$1] = $2; ids[NR] = $1 }
-  END {
-    n = split(roots, r, " "); for (i = 1; i <= n; i++) want[r[i]] = 1
-    do { more = 0
-      for (i = 1; i <= NR; i++) { p = ids[i]
-        if (!(p in want) && (parent[p] in want)) { want[p] = 1; more = 1 } }
-    } while (more)
-    for (p in want) print p
-  }')
-for p in $pids; do
-  read -r st < "/proc/$p/stat" 2>/dev/null || continue
-  comm=${st#*\(}; comm=${comm%\)*}
-  rest=${st##*) }
-  set -- $rest
-  w=; read -r w < "/proc/$p/wchan" 2>/dev/null
-  rss=0
-  while read -r k v _; do
-    if [ "$k" = "VmRSS:" ]; then rss=$v; fi
-  done < "/proc/$p/status" 2>/dev/null
-  printf 'proc\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-    "$p" "$2" "$1" "${12}" "${13}" "$rss" "${18}" "${20}" "${w:-0}" "$comm"
-  cmd=$(tr '\000\t\n' '   ' < "/proc/$p/cmdline" 2>/dev/null | head -c 1000)
-  printf 'cmd\t%s\t%s\n' "$p" "$cmd"
-  for tf in /proc/$p/task/[0-9]*; do
-    read -r st < "$tf/stat" 2>/dev/null || continue
-    tcomm=${st#*\(}; tcomm=${tcomm%\)*}
-    rest=${st##*) }
-    set -- $rest
-    w=; read -r w < "$tf/wchan" 2>/dev/null
-    printf 'task\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-      "$p" "${tf##*/}" "$1" "${12}" "${13}" "${w:-0}" "$tcomm"
-  done
-done
+# The roots ("$@"), then the process table and every thread of the node: the roots'
+# descendants are found in Python.
+TREE_SH = (
+    TABLE_SH
+    + THREADS_SH
+    + r"""
+echo "roots $*"
+proc_table full
+proc_threads
 """
+)
 
 
 def tree_command(roots: Sequence[int]) -> list[str]:
@@ -146,7 +116,7 @@ class Task:
     tid: int
     state: str  # /proc/PID/task/TID/stat state letter (proc(5)): R S D T t Z X I
     cpu_seconds: float
-    wchan: str  # the kernel function it waits in ("0" or "" when running)
+    wchan: str  # the kernel function it waits in ("" when running)
     name: str
 
 
@@ -160,8 +130,8 @@ class Proc:
     threads: int
     start_ticks: int
     wchan: str
-    name: str  # the command name (comm: a process title such as VLLM::Worker_TP0 shows)
-    command: str = ""  # the command line (1000 bytes at most)
+    name: str  # the command name (comm: a process title such as vLLM's shows)
+    command: str = ""  # the command line (COMMAND_BYTES at most)
     tasks: tuple[Task, ...] = ()
 
 
@@ -180,73 +150,47 @@ class ProcTree:
         return [p.pid for p in self.procs]
 
 
-def _int(text: str) -> int:
-    return int(text) if text.strip().isdigit() else 0
+def _one_line(text: str) -> str:
+    return text.replace("\t", " ").replace("\n", " ")
 
 
 def parse_tree(stdout: str) -> ProcTree:
-    """The processes (sorted by pid) and threads of `tree_command` output; lines that do
-    not parse are counted in `problems`."""
-    clk, uid = 100, None
-    raw: dict[int, dict[str, Any]] = {}
-    commands: dict[int, str] = {}
-    tasks: dict[int, list[tuple[int, str, int, str, str]]] = {}
-    bad = 0
-    for line in stdout.splitlines():
-        kind, _, rest = line.partition("\t")
-        try:
-            if kind == "clk_tck":
-                clk = _int(rest) or 100
-            elif kind == "uid":
-                uid = int(rest) if rest.strip().isdigit() else None
-            elif kind == "proc":
-                f = rest.split("\t", 9)
-                raw[int(f[0])] = {
-                    "ppid": int(f[1]),
-                    "state": f[2],
-                    "ticks": _int(f[3]) + _int(f[4]),
-                    "rss_kib": _int(f[5]),
-                    "threads": _int(f[6]),
-                    "start": _int(f[7]),
-                    "wchan": f[8],
-                    "name": f[9],
-                }
-            elif kind == "cmd":
-                pid, _, command = rest.partition("\t")
-                commands[int(pid)] = command.strip()
-            elif kind == "task":
-                f = rest.split("\t", 6)
-                tick = _int(f[3]) + _int(f[4])
-                tasks.setdefault(int(f[0]), []).append((int(f[1]), f[2], tick, f[5], f[6]))
-            elif line.strip():
-                bad += 1
-        except (ValueError, IndexError):
-            bad += 1
-    procs = tuple(
-        Proc(
-            pid=pid,
-            ppid=r["ppid"],
-            state=r["state"],
-            cpu_seconds=r["ticks"] / clk,
-            rss_bytes=r["rss_kib"] * 1024,
-            threads=r["threads"],
-            start_ticks=r["start"],
-            wchan=_wchan(r["wchan"]),
-            name=r["name"],
-            command=commands.get(pid, ""),
-            tasks=tuple(
-                Task(tid, state, ticks / clk, _wchan(w), name)
-                for tid, state, ticks, w, name in sorted(tasks.get(pid, []))
-            ),
+    """The roots of `tree_command` and their descendants (sorted by pid), with their
+    threads; a listing that cannot be read is an empty tree with the reason in
+    `problems`."""
+    first, _, rest = stdout.partition("\n")
+    if not first.startswith("roots"):
+        return ProcTree((), problems=("no process listing",) if stdout.strip() else ())
+    roots = [int(w) for w in first.split()[1:] if w.isdigit()]
+    try:
+        table, rest = split_table(rest)
+    except FactError as exc:
+        return ProcTree((), problems=(f"the process listing could not be read: {exc}",))
+    threads = parse_threads(rest)
+    clk = table.clk_tck
+    procs = []
+    for pid in table.descendants(roots):
+        p = table.processes[pid]
+        procs.append(
+            Proc(
+                pid=pid,
+                ppid=p.ppid,
+                state=p.state,
+                cpu_seconds=p.cpu_ticks / clk,
+                rss_bytes=p.rss_bytes,
+                threads=p.threads,
+                start_ticks=p.start_ticks,
+                wchan=threads.wchan.get(pid, ""),
+                name=p.comm,
+                command=_one_line(" ".join(p.argv))[:COMMAND_BYTES].strip(),
+                tasks=tuple(
+                    Task(t.tid, t.state, t.cpu_ticks / clk, t.wchan, t.comm)
+                    for t in threads.tasks.get(pid, ())
+                ),
+            )
         )
-        for pid, r in sorted(raw.items())
-    )
-    problems = (f"{bad} line(s) of the process listing did not parse",) if bad else ()
-    return ProcTree(procs, clk, uid, problems)
-
-
-def _wchan(text: str) -> str:
-    return "" if text.strip() in ("", "0") else text.strip()
+    problems = (f"{table.junk} line(s) of the process listing did not parse",) if table.junk else ()
+    return ProcTree(tuple(procs), clk, table.uid, problems)
 
 
 def _order(tree: ProcTree) -> list[tuple[int, Proc]]:

@@ -2,6 +2,8 @@
 py-spy is on the node's PATH or beside the engine's Python), and for every thread its state,
 kernel wait channel and kernel stack (/proc/PID/task/TID/stack, readable by root only).
 
+Names come from /proc/PID/comm, thread states from the `State:` line of
+/proc/PID/task/TID/status (the stat lines are read by `deskside.facts.procs` alone).
 py-spy runs on Python processes only (by /proc/PID/exe, where it can be read). A non-root
 login reads kernel stacks and runs py-spy through `sudo -n` when sudo lets it
 without a password, else says what it could not read. py-spy attaches for a moment (ptrace)
@@ -46,8 +48,10 @@ if [ "$(id -u)" != 0 ] && [ -z "$as" ]; then
   echo "kernel stacks: readable by root only (log in as root, or allow sudo -n)"
 fi
 for p in "$@"; do
-  read -r st < "/proc/$p/stat" 2>/dev/null || { echo; echo "=== process $p: gone"; continue; }
-  comm=${st#*\(}; comm=${comm%\)*}
+  comm=
+  if ! read -r comm < "/proc/$p/comm" 2>/dev/null; then
+    echo; echo "=== process $p: gone"; continue
+  fi
   echo
   echo "=== process $p ($comm)"
   exe=$(readlink "/proc/$p/exe" 2>/dev/null)
@@ -62,12 +66,13 @@ for p in "$@"; do
     esac
   fi
   for tf in /proc/$p/task/[0-9]*; do
-    read -r st < "$tf/stat" 2>/dev/null || continue
-    tcomm=${st#*\(}; tcomm=${tcomm%\)*}
-    rest=${st##*) }
-    set -- $rest
+    tcomm=; read -r tcomm < "$tf/comm" 2>/dev/null || continue
+    state=?
+    while read -r k v _; do
+      if [ "$k" = "State:" ]; then state=$v; break; fi
+    done < "$tf/status" 2>/dev/null
     w=; read -r w < "$tf/wchan" 2>/dev/null
-    echo "--- thread ${tf##*/} ($tcomm) state $1 wchan ${w:-0}"
+    echo "--- thread ${tf##*/} ($tcomm) state $state wchan ${w:-0}"
     if [ "$(id -u)" = 0 ]; then
       while IFS= read -r line; do echo "$line"; done < "$tf/stack" 2>/dev/null \
         || echo "(kernel stack not readable)"

@@ -3,137 +3,45 @@ engine, with its process tree's memory, its run tag and what manages it.
 
 On a unified-memory node (GB10) an engine nobody uses still holds its weights and KV cache:
 in the field a forgotten earlier engine held about 7 GB of RAM and 1.1 GB of GPU memory on
-each node. The scan (`scan_command`) runs one Python script on the node (python3 reads
-/proc; `nvidia-smi --query-compute-apps` when there is one). Parsing and judging are pure.
+each node. The scan is one round trip (`scan`): the node's process table
+(`deskside.facts.procs`), /proc/meminfo, and `nvidia-smi --query-compute-apps` when there
+is one. Judging is pure.
 
-An engine is a process whose command line names one of `PROGRAMS` (the program, or the
-script a Python runs), `MODULES` (`python -m MODULE`) or starts with one of `TITLES` (the
-process titles vLLM gives its engine core and workers). Its workers are its descendants:
-an engine is reported once, at the topmost engine-like process of a tree, with the resident
-memory of the whole tree. An engine belongs to a live deskside run when its `DESKSIDE_RUN`
+An engine is a process `deskside.facts.procs.engine_family` recognises. Its workers are its
+descendants: an engine is reported once, at the topmost engine-like process of a tree, with
+the resident memory of the whole tree. An engine belongs to a live deskside run when its run
 tag is the one a live run recorded; every other engine is reported with the command that
-stops it, never signalled by doctor itself.
+stops it, never signalled by doctor itself (`--stop-pid` signals the one a person names,
+through `deskside.identity.stop_named`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
 from deskside.doctor.findings import Finding
-from deskside.facts.memory import MemInfo, parse_meminfo
+from deskside.errors import DesksideError
+from deskside.facts.base import Fact, Gathered, gather
+from deskside.facts.memory import MemInfo, meminfo
+from deskside.facts.procs import PROCESSES, Process, ProcessTable
+from deskside.transport.base import Transport
 from deskside.units import format_bytes
 
-# program (argv[0], or the script after a Python) -> the engine's family
-PROGRAMS: dict[str, str] = {
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "llama-server": "llama.cpp",
-    "ollama": "Ollama",
-    "trtllm-serve": "TensorRT-LLM",
-    "text-generation-launcher": "TGI",
-    "text-generation-router": "TGI",
-    "tritonserver": "Triton",
-    "lmdeploy": "LMDeploy",
-}
-# `python -m MODULE[.sub]` -> family
-MODULES: dict[str, str] = {
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "deskside.engine": "deskside engine",
-    "tensorrt_llm": "TensorRT-LLM",
-    "lmdeploy": "LMDeploy",
-    "llama_cpp": "llama.cpp",
-}
-# process titles: vLLM names its engine core and workers "VLLM::EngineCore", "VLLM::Worker_TP0"
-# (vllm.utils.system_utils.set_process_title, prefix VLLM_PROCESS_NAME_PREFIX)
-TITLES: dict[str, str] = {"VLLM::": "vLLM"}
-
-SCAN_PY = r"""
-import json, os, shutil, subprocess
-def small(path, limit=1 << 20):
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return None
-head = {"clk_tck": os.sysconf("SC_CLK_TCK"), "gpu": None}
-up = small("/proc/uptime")
-head["uptime"] = float(up.split()[0]) if up else 0.0
-head["meminfo"] = (small("/proc/meminfo") or b"").decode(errors="replace")
-smi = shutil.which("nvidia-smi")
-if smi:
-    try:
-        r = subprocess.run([smi, "--query-compute-apps=pid,used_memory",
-                            "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True, timeout=15)
-        if r.returncode == 0:
-            head["gpu"] = [l.split(",")[:2] for l in r.stdout.splitlines() if "," in l]
-        else:
-            head["gpu_error"] = (r.stderr or r.stdout).strip()[-200:]
-    except (OSError, subprocess.SubprocessError) as e:
-        head["gpu_error"] = str(e)[-200:]
-print(json.dumps(head))
-for name in os.listdir("/proc"):
-    if not name.isdigit():
-        continue
-    base = "/proc/" + name + "/"
-    cmd = small(base + "cmdline", 8192)
-    st = small(base + "stat", 4096)
-    if not cmd or not st:
-        continue
-    rest = st.decode(errors="replace").rpartition(")")[2].split()
-    if len(rest) < 20 or rest[0] in ("Z", "X"):
-        continue
-    rss = 0
-    for line in (small(base + "status", 65536) or b"").decode(errors="replace").splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1])
-    tag = None
-    env = small(base + "environ", 4 << 20) or b""
-    for item in env.split(b"\0"):
-        if item.startswith(b"DESKSIDE_RUN="):
-            tag = item[13:].decode(errors="replace")
-    cg = sorted({l.split(":", 2)[2] for l in
-                 (small(base + "cgroup", 65536) or b"").decode(errors="replace").splitlines()
-                 if l.count(":") >= 2})
-    argv = [a.decode(errors="replace")[:300] for a in cmd.rstrip(b"\0").split(b"\0")[:12]]
-    print(json.dumps({"p": [int(name), int(rest[1]), int(rest[19]), rss, tag, argv, cg]}))
+MEMINFO = meminfo()
+GPU_SH = r"""
+smi=$(command -v nvidia-smi) || { echo none; exit 0; }
+out=$(timeout 15 "$smi" --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>&1)
+rc=$?
+if [ "$rc" = 0 ]; then echo ok; printf '%s\n' "$out"; exit 0; fi
+echo "error $rc"; printf '%s' "$out" | tail -c 200
 """
 
 
-def scan_command(python: str = "python3") -> list[str]:
-    return [python, "-c", SCAN_PY]
-
-
 @dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    start_ticks: int
-    rss_bytes: int
-    tag: str | None
-    argv: tuple[str, ...]
-    cgroups: tuple[str, ...] = ()
-
-    @property
-    def command(self) -> str:
-        return " ".join(self.argv)
-
-
-@dataclass(frozen=True)
-class ProcScan:
-    procs: list[Proc]
-    meminfo: MemInfo | None
-    uptime: float = 0.0
-    clk_tck: int = 100
-    gpu: dict[int, int] | None = None  # pid -> bytes; None: no GPU or nvidia-smi failed
-    gpu_error: str | None = None
-
-    def age_seconds(self, p: Proc) -> float:
-        return max(self.uptime - p.start_ticks / max(self.clk_tck, 1), 0.0)
+class GpuApps:
+    used: dict[int, int] | None  # pid -> bytes; None: no GPU or nvidia-smi failed
+    error: str | None = None
 
 
 def _mib(value: str) -> int | None:
@@ -141,75 +49,64 @@ def _mib(value: str) -> int | None:
     return int(value) * 1024 * 1024 if value.isdigit() else None  # "[N/A]" on some GPUs
 
 
-def parse_scan(text: str) -> ProcScan:
-    procs: list[Proc] = []
-    head: dict[str, object] = {}
-    for line in text.splitlines():
-        try:
-            item = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(item, dict):
-            continue
-        if "p" in item:
-            pid, ppid, start, rss, tag, argv, cg = item["p"]
-            procs.append(
-                Proc(int(pid), int(ppid), int(start), int(rss) * 1024, tag, tuple(argv), tuple(cg))
-            )
-        else:
-            head = item
-    gpu: dict[int, int] | None = None
-    raw_gpu = head.get("gpu")
-    if isinstance(raw_gpu, list):
-        gpu = {}
-        for pid, used in raw_gpu:
-            size = _mib(str(used))
-            if str(pid).strip().isdigit() and size is not None:
-                gpu[int(pid)] = gpu.get(int(pid), 0) + size
-    meminfo = head.get("meminfo")
-    uptime = head.get("uptime", 0.0)
-    clk = head.get("clk_tck", 100)
-    error = head.get("gpu_error")
-    return ProcScan(
-        procs=procs,
-        meminfo=parse_meminfo(meminfo) if isinstance(meminfo, str) else None,
-        uptime=float(uptime) if isinstance(uptime, (int, float)) else 0.0,
-        clk_tck=int(clk) if isinstance(clk, int) else 100,
-        gpu=gpu,
-        gpu_error=str(error) if error else None,
-    )
+def parse_gpu_apps(text: str) -> GpuApps:
+    status, _, rest = text.partition("\n")
+    if status == "none":
+        return GpuApps(None)
+    if status != "ok":
+        return GpuApps(None, rest.strip()[-200:] or status)
+    used: dict[int, int] = {}
+    for line in rest.splitlines():
+        pid, _, size = line.partition(",")
+        mib = _mib(size.split(",")[0])
+        if pid.strip().isdigit() and mib is not None:
+            used[int(pid)] = used.get(int(pid), 0) + mib
+    return GpuApps(used)
 
 
-def _is_python(program: str) -> bool:
-    return re.fullmatch(r"python[0-9.]*", program) is not None
+GPU_APPS: Fact[GpuApps] = Fact("gpu-apps", GPU_SH, parse_gpu_apps)
 
 
-def engine_family(argv: tuple[str, ...]) -> str | None:
-    """Which engine `argv` runs (see the module docstring), or None."""
-    if len(argv) == 1 and " " in argv[0]:
-        argv = tuple(argv[0].split())  # a process title set over the whole command line
-    if not argv:
-        return None
-    for title, family in TITLES.items():
-        if argv[0].startswith(title):
-            return family
-    program = PurePosixPath(argv[0].split(" ")[0]).name
-    if program in PROGRAMS:
-        return PROGRAMS[program]
-    if not _is_python(program):
-        return None
-    args = list(argv[1:])
-    while args and args[0].startswith("-") and args[0] != "-m":
-        args.pop(0)  # interpreter options (-u, -O, -X dev is rare enough to miss)
-    if len(args) >= 2 and args[0] == "-m":
-        module = args[1]
-        for name, family in MODULES.items():
-            if module == name or module.startswith(name + "."):
-                return family
-        return None
-    if args and PurePosixPath(args[0]).name in PROGRAMS:
-        return PROGRAMS[PurePosixPath(args[0]).name]
-    return None
+@dataclass(frozen=True)
+class ProcScan:
+    table: ProcessTable
+    meminfo: MemInfo | None
+    gpu: dict[int, int] | None = None  # pid -> bytes; None: no GPU or nvidia-smi failed
+    gpu_error: str | None = None
+
+    @property
+    def procs(self) -> list[Process]:
+        return list(self.table.processes.values())
+
+    def age_seconds(self, p: Process) -> float:
+        return self.table.age_seconds(p)
+
+
+class ScanFailed(DesksideError):
+    """The node answered, but its process table could not be read."""
+
+
+SCAN_FACTS: tuple[Fact[object], ...] = (PROCESSES, MEMINFO, GPU_APPS)  # type: ignore[assignment]
+"""What a scan reads: gather them with a node's other facts in its one round trip."""
+
+
+def scan(t: Transport, timeout: float) -> ProcScan:
+    """The node's processes, memory and GPU users, in one round trip. ScanFailed when the
+    process table cannot be read (the transport's own error when the node cannot be
+    reached)."""
+    return scan_of(gather(t, *SCAN_FACTS, timeout=timeout))
+
+
+def scan_of(got: Gathered) -> ProcScan:
+    """The scan in what a round trip that read `SCAN_FACTS` gathered."""
+    table = got.result(PROCESSES)
+    if not isinstance(table, ProcessTable):
+        raise ScanFailed(f"the process scan failed: {table.reason}")
+    meminfo = got.result(MEMINFO)
+    apps = got.result(GPU_APPS)
+    if not isinstance(apps, GpuApps):
+        apps = GpuApps(None, apps.reason)
+    return ProcScan(table, meminfo if isinstance(meminfo, MemInfo) else None, apps.used, apps.error)
 
 
 @dataclass(frozen=True)
@@ -246,13 +143,13 @@ def cgroup_owner(cgroups: tuple[str, ...]) -> Owner:
 class Engine:
     """One engine: the topmost engine-like process of a tree and its whole tree."""
 
-    root: Proc
+    root: Process
     family: str
     pids: tuple[int, ...]  # the root and every descendant
     rss_bytes: int  # summed over the tree
     gpu_bytes: int | None  # summed over the tree; None: no GPU information
     owner: Owner
-    tags: tuple[str, ...] = field(default=())  # DESKSIDE_RUN tags in the tree
+    tags: tuple[str, ...] = field(default=())  # the run tags in the tree
 
 
 def engines(scan: ProcScan) -> list[Engine]:
@@ -261,7 +158,7 @@ def engines(scan: ProcScan) -> list[Engine]:
     children: dict[int, list[int]] = {}
     for p in scan.procs:
         children.setdefault(p.ppid, []).append(p.pid)
-    like = {p.pid: f for p in scan.procs if (f := engine_family(p.argv)) is not None}
+    like = {p.pid: f for p in scan.procs if (f := p.family) is not None}
 
     def engine_ancestor(pid: int) -> bool:
         seen = set()
@@ -288,7 +185,7 @@ def engines(scan: ProcScan) -> list[Engine]:
         gpu = None if scan.gpu is None else sum(scan.gpu.get(q, 0) for q in tree)
         root = by_pid[pid]
         owner = next(
-            (o for o in (cgroup_owner(p.cgroups) for p in procs) if o.kind != "none"),
+            (o for o in (cgroup_owner(p.cgroup_paths) for p in procs) if o.kind != "none"),
             Owner("none"),
         )
         out.append(
@@ -299,7 +196,7 @@ def engines(scan: ProcScan) -> list[Engine]:
                 rss_bytes=sum(p.rss_bytes for p in procs),
                 gpu_bytes=gpu,
                 owner=owner,
-                tags=tuple(sorted({p.tag for p in procs if p.tag})),
+                tags=tuple(sorted({p.run_tag for p in procs if p.run_tag})),
             )
         )
     return out
@@ -315,31 +212,6 @@ def stop_hint(engine: Engine) -> str:
     if o.kind == "user-unit":
         return f"systemctl --user stop {o.name} (as the user running it)"
     return f"kill -TERM {engine.root.pid}"
-
-
-# Signal a process the user named, only while it is still the same process (start time,
-# field 22 of /proc/PID/stat) and never pid 0 or 1.
-STOP_PID_SH = r"""
-pid=$1; start=$2
-case $pid in ''|*[!0-9]*|0|1) echo "refusing to act on pid '$pid'" >&2; exit 2 ;; esac
-read -r st < "/proc/$pid/stat" 2>/dev/null || { echo "pid $pid is gone" >&2; exit 3; }
-rest=${st##*) }
-set -- $rest
-if [ "${20}" != "$start" ]; then echo "pid $pid is another process now" >&2; exit 3; fi
-kill -TERM "$pid"
-"""
-
-
-def stop_pid_command(pid: int, start_ticks: int) -> list[str]:
-    return ["sh", "-c", STOP_PID_SH, "sh", str(pid), str(start_ticks)]
-
-
-def live_tag_owner(tag: str) -> tuple[str, str] | None:
-    """(recipe, node) of a deskside run tag (`recipe/node/<14 digits>/what`)."""
-    parts = tag.split("/")
-    if len(parts) != 4 or not (parts[2].isdigit() and len(parts[2]) == 14):
-        return None
-    return parts[0], parts[1]
 
 
 def engine_findings(scan: ProcScan, node: str, live_tags: frozenset[str]) -> list[Finding]:

@@ -28,9 +28,9 @@ from deskside.doctor.runs import OwnRuns, node_layout, other_live_tags, own_runs
 from deskside.errors import DesksideError, UsageError
 from deskside.facts.base import Fact, Gathered, Unread, command_fact, gather
 from deskside.facts.disk import DiskSpace, disk_space, held_bytes
-from deskside.facts.memory import meminfo
 from deskside.facts.model_folder import hf_cache_entry
 from deskside.facts.network import listening, port_holders
+from deskside.identity import stop_named
 from deskside.layout import NodeLayout, local_model_folder
 from deskside.localnet import existing_namespaces
 from deskside.recipe.types import Node, Recipe
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 ExtraCheck = Callable[[Recipe, Path, Mapping[str, Transport]], list[Finding]]
 SCAN_TIMEOUT = 60.0
 READ_TIMEOUT = 120.0  # one round trip reading every fact of a machine or a node
-PROCESS_SCAN_CAP = 32 << 20  # every process's argv and cgroups
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,6 @@ class Doctor:
     recipe_path: Path
     transports: Mapping[str, Transport]  # per node: where its engine binds (its netns)
     known_hosts: str | None = None
-    python: str = "python3"
     shm_dir: str = "/dev/shm"
     here: Transport = field(default_factory=LocalTransport)
     extra_checks: Sequence[ExtraCheck] = ()
@@ -170,24 +168,23 @@ class Doctor:
     def _host(self, host: Host, own: OwnRuns, plan: Plan | None, report: DoctorReport) -> None:
         t, label = host.transport, host.label
         found: list[Finding] = []
-        scan_fact = command_fact(
-            "process_scan", procs.scan_command(self.python), procs.parse_scan, PROCESS_SCAN_CAP
-        )
         shm_fact = command_fact("shm_scan", shm.scan_command(self.shm_dir), shm.parse_scan)
         stacks_fact = command_fact("stack_scan", stacks.scan_command(), stacks.parse_scan)
-        mem_fact = meminfo()
-        got = gather(t, scan_fact, shm_fact, stacks_fact, mem_fact, timeout=READ_TIMEOUT)
-        scan = got.result(scan_fact)
-        if isinstance(scan, Unread):
+        got = gather(t, *procs.SCAN_FACTS, shm_fact, stacks_fact, timeout=READ_TIMEOUT)
+        scan: procs.ProcScan | None = None
+        try:
+            scan = procs.scan_of(got)
+        except procs.ScanFailed as exc:
             found.append(
                 Finding(
                     "process-scan",
                     label,
-                    f"the process scan did not run ({self.python}): {scan.reason}",
+                    exc.message,
                     severity="warning",
-                    fix="install python3 on the node",
+                    fix="the scan reads /proc with sh, grep, xargs, cut and tr: check them there",
                 )
             )
+        if scan is None:
             engines: list[procs.Engine] = []
         else:
             engines = procs.engines(scan)
@@ -205,8 +202,8 @@ class Doctor:
             units = {e.owner.name for e in engines if e.owner.kind == "unit"}
             found += stacks.stack_findings(stack, label, self.recipe.name, covered, units)
         report.findings += found
-        info = got.result(mem_fact)
-        if isinstance(scan, Unread) or isinstance(info, Unread):
+        info = scan.meminfo if scan is not None else None
+        if info is None:
             return
         needs = [node_need(plan, self.recipe, self.recipe_path, n) for n in host.nodes]
         reclaimable = sum(f.reclaimable_bytes for f in found)
@@ -372,7 +369,7 @@ class Doctor:
         for pid in pids:
             i = by_pid[pid]
             f = report.findings[i]
-            argv = procs.stop_pid_command(pid, int(f.detail["start_ticks"]))
+            argv = stop_named(pid, int(f.detail["start_ticks"]))
             r = places[f.node].run(argv, timeout=SCAN_TIMEOUT)
             if r.ok:
                 report.findings[i] = f.done()

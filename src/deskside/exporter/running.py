@@ -1,12 +1,14 @@
 """The node's running engine, found under `<proc-root>`: the process whose environment
-carries deskside's run tag `DESKSIDE_RUN=<recipe>/<node>/<14 digits>/engine`, and the
-environment it was started with (NCCL_IB_GID_INDEX among it).
+carries deskside's run tag (`deskside.facts.procs.RUN_TAG=<recipe>/<node>/<14 digits>/engine`),
+and the environment it was started with (NCCL_IB_GID_INDEX among it).
 
-Every read is bounded (`read_small_file`); a process that vanished, belongs to another user
-(environ unreadable), is a zombie or carries no tag is skipped without a word. The engine's
-own workers inherit its environment, so several processes may match: the newest start
-(the tag's time stamp) wins. The last match is remembered by pid and start time (field 22
-of `stat`), so a scrape does not re-read every process while the engine lives."""
+The exporter reads these /proc files itself, every read bounded (`read_small_file`), through
+the process table's own parsers (`deskside.facts.procs.parse_stat`, `parse_environ`): a
+scrape stays in-process. A process that vanished, belongs to another user (environ
+unreadable), is a zombie or carries no tag is skipped without a word. The engine's own
+workers inherit its environment, so several processes may match: the newest start (the
+tag's time stamp) wins. The last match is remembered by pid and start time, so a scrape does
+not re-read every process while the engine lives."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from deskside.facts.procs import RUN_TAG, parse_environ, parse_stat
 from deskside.smallfile import read_small_file
 
 ENVIRON_LIMIT = 4 << 20  # an environment block; ARG_MAX-sized ones exist
 STAT_LIMIT = 64 << 10
-RUN_TAG = "DESKSIDE_RUN"
 MAX_PROCESSES = 100_000  # pid_max on a large host is 4M; a node runs a few thousand
 
 
@@ -36,30 +38,14 @@ def tag_pattern(recipe_name: str, node: str) -> re.Pattern[str]:
     return re.compile(rf"{re.escape(recipe_name)}/{re.escape(node)}/([0-9]{{14}})/engine")
 
 
-def parse_environ(data: bytes) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for item in data.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep and key:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
-
-
-def parse_stat(text: str) -> tuple[str, int] | None:
-    """(state, start time in clock ticks) of a `/proc/PID/stat` line; None if malformed.
-    The command name may hold spaces and parentheses: the fields start after the last ')'."""
-    _, sep, rest = text.rpartition(")")
-    fields = rest.split()
-    if not sep or len(fields) < 20 or not fields[19].isdigit():
-        return None
-    return fields[0], int(fields[19])
-
-
 def _stat(proc_root: Path, pid: int) -> tuple[str, int] | None:
+    """(state, start time) of `pid`; None when it cannot be read."""
     try:
-        return parse_stat(read_small_file(proc_root / str(pid) / "stat", STAT_LIMIT).decode())
+        text = read_small_file(proc_root / str(pid) / "stat", STAT_LIMIT).decode()
     except (OSError, UnicodeDecodeError):
         return None
+    stat = parse_stat(text)
+    return (stat.state, stat.start_ticks) if stat is not None else None
 
 
 def _candidate(proc_root: Path, pid: int, pattern: re.Pattern[str]) -> EngineProcess | None:

@@ -1,9 +1,10 @@
 """What the guard stops, and how: the node's engine only, through the stop deskside itself
 uses for the node's kind of control (`deskside.runtime.control`), never anything else.
 
-- process (a run on this machine): `node_sh.stop_session` with the pid, start time and run
-  tag recorded in the node's state: SIGTERM to the engine's tagged session, SIGKILL after
-  the grace; nothing when the pid is another process now.
+- process (a run on this machine): the stop of `deskside.identity` with the pid, start time
+  and run tag recorded in the node's state: SIGTERM to the engine's tagged session, SIGKILL
+  after the grace; nothing when the pid is another process now, and nothing (`Unproven`,
+  logged) when the state lacks any of the three.
 - systemd: `systemctl stop` of the engine's unit. Stopped, not disabled: a reboot starts it
   again (deskside down disables it).
 - compose: `docker compose stop` of the engine's project (the containers stay for their
@@ -19,13 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from deskside.errors import DesksideError
+from deskside.identity import stop_command
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Recipe
 from deskside.records.guard import GuardRecord
 from deskside.records.node import NodeState, read_state
 from deskside.records.node_files import write_guard
-from deskside.runtime import node_sh
-from deskside.runtime.control import Control
+from deskside.runtime.control import Control, engine_claim
 from deskside.transport.base import Transport
 
 GRACE_SECONDS = 20.0  # as `deskside down`: SIGTERM, then SIGKILL after this long
@@ -39,7 +40,8 @@ class Stop:
 
 
 def engine_stop(control: Control, state: NodeState, grace: float = GRACE_SECONDS) -> Stop | None:
-    """The command that stops the engine `state` describes (None: nothing to stop)."""
+    """The command that stops the engine `state` describes (None: nothing to stop);
+    `Unproven` when the state does not prove the process deskside's."""
     if control.kind == "systemd":
         unit = control.layout.unit_name
         argv = [*control.sudo, "systemctl", "stop", unit]
@@ -51,7 +53,7 @@ def engine_stop(control: Control, state: NodeState, grace: float = GRACE_SECONDS
         return None
     return Stop(
         f"process {state.pid}",
-        node_sh.stop_session(state.pid, grace, state.pid_start, state.run_tag),
+        stop_command(engine_claim(state), grace),
         f"SIGTERM to the processes of session {state.pid} tagged {state.run_tag}, SIGKILL "
         f"after {grace:.0f} s",
     )
@@ -85,7 +87,8 @@ def stop_engine(
 ) -> GuardRecord | None:
     """Stop the node's engine and write `guard.json`; None when deskside started nothing
     here (no state file) or its engine no longer runs. BadState when the state file cannot
-    be trusted (nothing is signalled then)."""
+    be trusted, `Unproven` when it does not name pid, start time and run tag (nothing is
+    signalled then)."""
     state = read_state(t, layout, recipe.name)
     if state is None:
         return None

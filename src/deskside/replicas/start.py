@@ -20,6 +20,8 @@ import httpx
 from deskside import secrets
 from deskside.deploy.releases import private_dir
 from deskside.errors import DesksideError
+from deskside.facts.procs import RUN_TAG
+from deskside.identity import Claim, Unproven, judge, stop_command
 from deskside.planner.plan import Plan
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
@@ -30,6 +32,7 @@ from deskside.replicas.proxy import engines_env_text, set_proxy
 from deskside.replicas.render import proxy_files, proxy_url
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract, wait_proxy
+from deskside.runtime.control import TableUnread, read_table
 from deskside.runtime.ops import stamp
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport, describe
 from deskside.runtime.services import litellm_program
@@ -72,13 +75,19 @@ def _running(name: str, known_hosts: str | None) -> bool:
     return any(n.state == "running" for n in runtime_of(run, known_hosts).status(run).nodes)
 
 
+def proxy_claim(proxy: ProxyProcess) -> Claim:
+    return Claim("the proxy", proxy.pid, proxy.pid_start, proxy.run_tag)
+
+
 def proxy_alive(proxy: ProxyProcess, t: Transport | None) -> bool:
-    """Whether the proxy deskside started still runs (by pid, start time and run tag)."""
+    """Whether the proxy deskside started still runs (by pid, start time and run tag; or
+    alive but unproven when its record lacks one of them)."""
     if t is None:
         return False
-    poll = node_sh.poll_process(proxy.pid, "/dev/null", 0, proxy.pid_start, proxy.run_tag)
-    r = t.run(poll, timeout=60)
-    return r.ok and node_sh.parse_poll(r.stdout)[0]
+    try:
+        return judge(read_table(t), proxy_claim(proxy)).alive
+    except TableUnread:
+        return False
 
 
 class SetStart:
@@ -239,7 +248,7 @@ class SetStart:
         )
         where = place.node or "this machine"
         self.say(f"starting the LiteLLM proxy on {where}: {self.report.proxy_url}")
-        pid = t.spawn(list(proxy.argv), env={node_sh.RUN_TAG: tag}, log_path=log, cwd=proxy.workdir)
+        pid = t.spawn(list(proxy.argv), env={RUN_TAG: tag}, log_path=log, cwd=proxy.workdir)
         start = node_sh.parse_proc_start(t.run(node_sh.proc_start(pid)).stdout)
         self.record.proxy = ProxyProcess(pid=pid, pid_start=start, run_tag=tag, log=log)
         save_set(self.record)
@@ -309,10 +318,14 @@ def stop_proxy(record: SetRecord, grace: float) -> str | None:
     p = record.proxy
     if p is None:
         return None
+    try:
+        argv = stop_command(proxy_claim(p), grace)
+    except Unproven as exc:
+        return exc.message
     t = recorded_transport(record)
     if t is None:
         return f"proxy (pid {p.pid}): no group's record names its node {record.proxy_node}"
-    r = t.run(node_sh.stop_session(p.pid, grace, p.pid_start, p.run_tag))
+    r = t.run(argv)
     return None if r.ok else f"proxy (pid {p.pid}): {r.stderr.strip() or 'still running'}"
 
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass, replace
 
 from deskside.compose_cli import compose_argv, logs_argv, running_argv
 from deskside.errors import DesksideError
+from deskside.facts.base import FactError
+from deskside.facts.procs import PROCESS_IDS, RUN_TAG, ProcessTable
+from deskside.identity import Claim, Unproven, Verdict, judge, stop_command
 from deskside.layout import NodeLayout
 from deskside.records.node import ControlKind, NodeState, ServiceState
 from deskside.records.run import ComposeProgram
@@ -32,7 +35,7 @@ UNIT_DIR = "/etc/systemd/system"
 
 
 def run_tag(state: NodeState, what: str) -> str:
-    """The DESKSIDE_RUN tag of one start: recipe, node, start time and what started."""
+    """The run tag of one start: recipe, node, start time and what started."""
     when = "".join(ch for ch in state.started_at if ch.isdigit())[:14]
     return f"{state.recipe}/{state.node}/{when}/{what}"
 
@@ -46,6 +49,39 @@ def control_kind(systemd: bool, runtime_kind: str) -> ControlKind:
 def _fail(t: Transport, what: str, r: Result) -> DesksideError:
     detail = (r.stderr or r.stdout).strip()[-400:]
     return DesksideError(f"{t.name}: {what} failed (exit {r.rc}): {detail}")
+
+
+def engine_claim(state: NodeState) -> Claim:
+    """What the node's state says of the engine deskside started there."""
+    return Claim(f"the engine of {state.node}", state.pid, state.pid_start, state.run_tag)
+
+
+def service_claim(state: NodeState | None, service: ServiceState) -> Claim:
+    where = f" of {state.node}" if state is not None else ""
+    return Claim(f"the {service.name}{where}", service.pid, service.pid_start, service.run_tag)
+
+
+def stop_or_refuse(claim: Claim, grace: float) -> list[str]:
+    """The stop of `claim`, or for a claim that proves nothing a command that only says so
+    and fails (nothing is signalled)."""
+    try:
+        return stop_command(claim, grace)
+    except Unproven as exc:
+        return node_sh.refuse(exc.message)
+
+
+class TableUnread(DesksideError):
+    """The node answered, but its process table could not be read."""
+
+
+def read_table(t: Transport) -> ProcessTable:
+    """The node's process table (pids, sessions, start times, run tags). TableUnread when
+    it cannot be read (the transport's own error when the node cannot be reached)."""
+    r = t.run(PROCESS_IDS.argv(), timeout=60)
+    table = PROCESS_IDS.read(r)
+    if not isinstance(table, ProcessTable):
+        raise TableUnread(f"{t.name}: reading the process table failed: {table.reason}")
+    return table
 
 
 @dataclass(frozen=True)
@@ -109,7 +145,7 @@ class Control:
         argv: list[list[str]] = []
         for service in state.services:
             if service.name == "proxy":
-                argv.append(self._stop_service(service, grace))
+                argv.append(stop_or_refuse(service_claim(state, service), grace))
         if state.units:
             argv.append([*self.sudo, "systemctl", "disable", "--now", "--quiet", *state.units])
         for c in state.compose:
@@ -122,20 +158,21 @@ class Control:
         elif self.kind == "compose":
             argv.append(self.compose("down"))
         elif state.pid is not None:
-            argv.append(node_sh.stop_session(state.pid, grace, state.pid_start, state.run_tag))
-        argv += [self._stop_service(s, grace) for s in state.services if s.name != "proxy"]
+            argv.append(stop_or_refuse(engine_claim(state), grace))
+        argv += [
+            stop_or_refuse(service_claim(state, s), grace)
+            for s in state.services
+            if s.name != "proxy"
+        ]
         return argv
-
-    @staticmethod
-    def _stop_service(service: ServiceState, grace: float) -> list[str]:
-        return node_sh.stop_session(service.pid, grace, service.pid_start, service.run_tag)
 
     def service_alive(self, t: Transport, service: ServiceState) -> bool:
         """Whether `service` still runs (the process deskside started, by pid, start time
-        and run tag)."""
-        poll = node_sh.poll_process(service.pid, "/dev/null", 0, service.pid_start, service.run_tag)
-        r = t.run(poll, timeout=60)
-        return r.ok and node_sh.parse_poll(r.stdout)[0]
+        and run tag; or alive but unproven when its record lacks one of them)."""
+        try:
+            return judge(read_table(t), service_claim(None, service)).alive
+        except TableUnread:
+            return False
 
     def alive_command(self) -> list[str]:
         if self.runtime == "container":
@@ -172,7 +209,7 @@ class Control:
         `env`, in `cwd`, output to `log`); systemd and Compose start the release that
         `current` points at."""
         if self.kind == "process":
-            tagged = (*env, (node_sh.RUN_TAG, run_tag(state, "engine")))
+            tagged = (*env, (RUN_TAG, run_tag(state, "engine")))
             return [Spawn(node, argv, tagged, log, cwd, what, self.layout, "engine", state)]
         ops: list[Op] = [Record(node, self.layout, state, what)]
         rid = state.release or ""
@@ -192,36 +229,51 @@ class Control:
 
     def stop(self, t: Transport, state: NodeState, grace: float) -> bool:
         """Stop now; True when nothing of the engine is left."""
-        ok = True
+        return not self.stop_report(t, state, grace)
+
+    def stop_report(self, t: Transport, state: NodeState, grace: float) -> list[str]:
+        """Stop now; why each thing that is not stopped is not (empty: all stopped). What
+        the state does not prove deskside's is left alone and said so."""
+        problems = []
         for argv in self.stop_commands(state, grace):
-            ok = t.run(argv, timeout=grace + 300).ok and ok
-        return ok
+            r = t.run(argv, timeout=grace + 300)
+            if not r.ok:
+                problems.append((r.stderr or r.stdout).strip()[-300:] or f"exit {r.rc}")
+        return problems
 
     def poll(self, t: Transport, state: NodeState, offset: int) -> tuple[bool, int, bytes]:
         """(alive, new offset, log bytes since `offset`). The new offset is the log's
         size: poll with a large offset to learn where the log ends without reading it."""
         if self.kind == "process":
             assert state.pid is not None and state.log is not None
-            r = t.run(
-                node_sh.poll_process(state.pid, state.log, offset, state.pid_start, state.run_tag),
-                timeout=60,
-            )
+            r = t.run(node_sh.poll_process(state.log, offset), timeout=60)
             if not r.ok:
                 raise _fail(t, "reading the engine log", r)
-            return node_sh.parse_poll(r.stdout)
+            try:
+                poll = node_sh.parse_poll(r.stdout)
+            except FactError as exc:
+                raise TableUnread(f"{t.name}: reading the process table failed: {exc}") from None
+            alive = judge(poll.table, engine_claim(state)).alive
+            return alive, poll.size, poll.chunk
         alive_r = t.run(self.alive_command(), timeout=60)
         alive = alive_r.ok and (self.runtime != "container" or bool(alive_r.stdout.strip()))
         log = t.run(self.log_command(state), timeout=60)
         data = log.stdout.encode()
         return alive, len(data), data[offset:]
 
+    def verdict(self, t: Transport, state: NodeState) -> Verdict:
+        """What the node's process table says of the engine `state` records (process
+        control)."""
+        return judge(read_table(t), engine_claim(state))
+
     def alive(self, t: Transport, state: NodeState) -> bool:
         if self.kind == "process":
             if state.pid is None:
                 return False
-            poll = node_sh.poll_process(state.pid, "/dev/null", 0, state.pid_start, state.run_tag)
-            r = t.run(poll, timeout=60)
-            return r.ok and node_sh.parse_poll(r.stdout)[0]
+            try:
+                return self.verdict(t, state).alive
+            except TableUnread:
+                return False
         r = t.run(self.alive_command(), timeout=60)
         return r.ok and (self.runtime != "container" or bool(r.stdout.strip()))
 
@@ -229,8 +281,15 @@ class Control:
         """(processes, RSS bytes) of the engine (process control; 0, 0 otherwise)."""
         if self.kind != "process" or state.pid is None:
             return 0, 0
-        r = t.run(node_sh.session_stats(state.pid, state.pid_start, state.run_tag), timeout=60)
-        return node_sh.parse_session_stats(r.stdout) if r.ok else (0, 0)
+        try:
+            table = read_table(t)
+        except TableUnread:
+            return 0, 0
+        verdict = judge(table, engine_claim(state))
+        if not verdict.alive:
+            return 0, 0
+        procs = [p for q in verdict.members if (p := table.get(q)) is not None]
+        return len(procs), sum(p.rss_bytes for p in procs)
 
     def tail(self, t: Transport, state: NodeState, lines: int) -> str:
         if self.kind == "process":

@@ -1,78 +1,84 @@
-"""The commands deskside runs on a node to watch, measure and stop the engines it started,
-and their parsers. Pure: argv lists and POSIX sh scripts; a Transport runs them (this
-machine, one of its network namespaces, or an SSH host alike).
+"""The commands deskside runs on a node to follow and stop the processes it started, and
+their parsers. Pure: argv lists and POSIX sh scripts; a Transport runs them (this machine,
+one of its network namespaces, or an SSH host alike).
 
-A started engine is known by three facts recorded at start: its session leader's pid, that
-process's start time (field 22 of /proc/PID/stat, clock ticks since boot), and the
-`DESKSIDE_RUN` tag deskside put in its environment (inherited through every exec and by every
-process it starts). A pid whose start time differs is another process that reused the number;
-a process without the tag is not the engine's: both are reported, never signalled. Only
-processes of the engine's session that carry the tag are signalled, and never pid 0 or 1.
+A started process is known by three facts recorded at start: its session leader's pid,
+that process's start time (clock ticks since boot) and its run tag (see
+`deskside.identity`). Watching reads the node's process table
+(`deskside.facts.procs`) and judges it in Python; stopping runs `STOP_SESSION_SH`, which
+checks start time and tag again on the node right before it signals (atomic enough: no
+round trip between the check and the signal) and refuses a claim without them.
 """
 
 from __future__ import annotations
 
-RUN_TAG = "DESKSIDE_RUN"
-"""The environment variable that marks every process of an engine deskside started."""
+from dataclasses import dataclass
+
+from deskside.facts.procs import RUN_TAG as RUN_TAG
+from deskside.facts.procs import TABLE_SH, ProcessTable, parse_stat, split_table
 
 # Positional checks every script starts with: a pid deskside may act on (never 0, 1 or junk).
 _PID_SH = r"""
 case $sid in ''|*[!0-9]*|0|1) echo "refusing to act on pid '$sid'" >&2; exit 2 ;; esac
 """
 
-# The fields after "pid (comm) " of /proc/PID/stat: $1 state, $2 ppid, $3 pgrp, $4 session,
-# ... ${20} starttime. The command may hold spaces and parentheses: split after the last ") ".
-_STAT_SH = r"""
+# The stop's own check, on the node. The fields after "pid (comm) " of /proc/PID/stat: $1
+# state, $2 ppid, $4 session, ${20} starttime; the command may hold spaces and parentheses:
+# split after the last ") ". `read` (a builtin: no process per entry) takes the first line;
+# a command name with a newline cuts it short of its 20 fields (a name holds 15 bytes at
+# most), and the whole file is read then.
+_STAT_SH = (
+    r"""
 stat_fields() {
-  read -r st < "/proc/$1/stat" 2>/dev/null || return 1
+  _sp=$1
+  read -r st < "/proc/$_sp/stat" 2>/dev/null || return 1
   rest=${st##*) }
+  set -- $rest
+  if [ "$#" -lt 20 ]; then
+    st=$(cat "/proc/$_sp/stat" 2>/dev/null) || return 1
+    rest=${st##*) }
+  fi
 }
 # the recorded leader $sid was replaced by another process (its start time differs, or it
 # lacks the run's tag)
 replaced() {
   stat_fields "$sid" || return 1
-  if [ -n "$start" ]; then
-    set -- $rest
-    [ "${20}" = "$start" ] || return 0
-  fi
+  set -- $rest
+  [ "${20}" = "$start" ] || return 0
   ! tagged "$sid"
 }
-# process $1 carries the run's tag in its environment (no tag recorded: every process does).
-# A process title set over the environment (setproctitle writes NUL bytes over its start, as
-# vLLM does for `VLLM::Worker_TP1`; an environment never starts with one) hides the tag:
-# such a process counts when its parent, in the same session, does; one whose environment
-# reads normally without the tag never does.
+# process $1 carries the run's tag: an item of its environment is exactly RUN_TAG=$tag. A
+# process title set over the environment (setproctitle writes NUL bytes over its start; an
+# environment never starts with one) hides the tag: such a process counts when its parent,
+# in the same session, does; one whose environment reads normally without it never does.
 tagged() {
-  [ -n "$tag" ] || return 0
   _tq=$1; _tn=0
   while [ "$_tn" -lt 16 ]; do
-    if tr '\0' '\n' < "/proc/$_tq/environ" 2>/dev/null | grep -qxF "DESKSIDE_RUN=$tag"; then
-      return 0
-    fi
-    [ -r "/proc/$_tq/environ" ] || return 1
-    [ -z "$(head -c 1 "/proc/$_tq/environ" 2>/dev/null | tr -d '\0')" ] || return 1
-    read -r _tst < "/proc/$_tq/stat" 2>/dev/null || return 1
-    _trest=${_tst##*) }
-    set -- $_trest
+    if grep -a -z -qxF -- "RUN_TAG=$tag" "/proc/$_tq/environ" 2>/dev/null; then return 0; fi
+    [ -n "$(grep -a -z -c '' "/proc/$_tq/environ" 2>/dev/null)" ] || return 1
+    case $(grep -a -z -n -m 1 -o '^.' "/proc/$_tq/environ" 2>/dev/null | head -c 2) in
+      1:) return 1 ;;
+    esac
+    stat_fields "$_tq" || return 1
+    set -- $rest
     [ "$4" = "$sid" ] || return 1
     _tq=$2; _tn=$((_tn + 1))
   done
   return 1
 }
 """
+).replace("RUN_TAG", RUN_TAG)
 
-# Members of session $sid (not zombies), from /proc (no ps needed). `read` is a builtin: no
-# process per entry.
+# Members of session $sid (not zombies) that carry the tag, from /proc (no ps needed).
 _MEMBERS_SH = r"""
 members() {
   for f in /proc/[0-9]*/stat; do
-    read -r st < "$f" 2>/dev/null || continue
-    rest=${st##*) }
+    p=${f#/proc/}
+    p=${p%/stat}
+    stat_fields "$p" || continue
     set -- $rest
     [ "$4" = "$sid" ] || continue
     case $1 in Z|X) continue ;; esac
-    p=${f#/proc/}
-    p=${p%/stat}
     tagged "$p" || continue
     echo "$p"
   done
@@ -80,8 +86,16 @@ members() {
 """
 
 STOP_SESSION_SH = (
-    "sid=$1; grace=$2; start=${3:-}; tag=${4:-}\n"
+    "sid=$1; grace=$2; start=${3:-}; tag=${4:-}; export LC_ALL=C\n"
     + _PID_SH
+    + r"""
+case $start in
+  ''|*[!0-9]*) echo "refusing to signal pid $sid: no start time recorded for it" >&2; exit 2 ;;
+esac
+if [ -z "$tag" ]; then
+  echo "refusing to signal pid $sid: no run tag recorded for it" >&2; exit 2
+fi
+"""
     + _STAT_SH
     + _MEMBERS_SH
     + r"""
@@ -126,115 +140,92 @@ exit 1
 )
 
 
-def _identity(start: int | None, tag: str | None) -> list[str]:
-    return ["" if start is None else str(start), tag or ""]
-
-
-def stop_session(
-    pid: int, grace: float, start: int | None = None, tag: str | None = None
-) -> list[str]:
+def stop_session(pid: int, grace: float, start: int, tag: str) -> list[str]:
     """SIGTERM every tagged process of session `pid`, SIGKILL what is left after `grace`
-    seconds. Exit 0: nothing of the engine is left (or `pid` is another process now)."""
-    return [
-        "sh",
-        "-c",
-        STOP_SESSION_SH,
-        "sh",
-        str(pid),
-        str(max(1, round(grace))),
-        *_identity(start, tag),
-    ]
+    seconds. Exit 0: nothing of it is left (or `pid` is another process now); 2: refused
+    (no start time or tag). Built by `deskside.identity.stop_command` only."""
+    return ["sh", "-c", STOP_SESSION_SH, "sh", str(pid), str(max(1, round(grace))), str(start), tag]
 
 
-SESSION_STATS_SH = (
-    "sid=$1; start=${2:-}; tag=${3:-}\n"
+def refuse(message: str) -> list[str]:
+    """A command that only says why nothing is done, and fails (exit 2)."""
+    return ["sh", "-c", 'printf "%s\\n" "$1" >&2; exit 2', "sh", message]
+
+
+# Signal a process a person named, only while it is still the same process (start time)
+# and never pid 0 or 1.
+STOP_PID_SH = (
+    "sid=$1; start=${2:-}\n"
     + _PID_SH
-    + _STAT_SH
-    + _MEMBERS_SH
     + r"""
-n=0; rss=0
-if ! replaced; then
-  for p in $(members); do
-    n=$((n + 1))
-    while read -r k v _; do
-      if [ "$k" = "VmRSS:" ]; then rss=$((rss + v)); fi
-    done < "/proc/$p/status" 2>/dev/null
-  done
-fi
-echo "processes=$n rss_kib=$rss"
+case $start in ''|*[!0-9]*) echo "refusing to signal pid $sid: no start time" >&2; exit 2 ;; esac
+stat_fields() {
+  read -r st < "/proc/$1/stat" 2>/dev/null || return 1
+  rest=${st##*) }
+}
+stat_fields "$sid" || { echo "pid $sid is gone" >&2; exit 3; }
+set -- $rest
+if [ "${20}" != "$start" ]; then echo "pid $sid is another process now" >&2; exit 3; fi
+kill -TERM "$sid"
 """
 )
 
 
-def session_stats(pid: int, start: int | None = None, tag: str | None = None) -> list[str]:
-    return ["sh", "-c", SESSION_STATS_SH, "sh", str(pid), *_identity(start, tag)]
+def stop_pid(pid: int, start: int) -> list[str]:
+    """SIGTERM to `pid` while it has start time `start` (built by
+    `deskside.identity.stop_named` only)."""
+    return ["sh", "-c", STOP_PID_SH, "sh", str(pid), str(start)]
 
 
-def parse_session_stats(stdout: str) -> tuple[int, int]:
-    """(processes, rss bytes) from `session_stats` output."""
-    values = dict(w.split("=", 1) for w in stdout.split() if "=" in w)
-    try:
-        return int(values.get("processes", 0)), int(values.get("rss_kib", 0)) * 1024
-    except ValueError:
-        return 0, 0
-
-
-# Is the session leader $pid alive (not a zombie, still leading its session, the process
-# that was started), and what did its log grow by since byte $off? One round trip per poll.
+# The process table and what the log at $1 grew by since byte $2: one round trip per poll.
 POLL_SH = (
-    "pid=$1; log=$2; off=$3; sid=$1; start=${4:-}; tag=${5:-}\n"
-    + _PID_SH
-    + _STAT_SH
+    "log=$1; off=$2\n"
+    + TABLE_SH
     + r"""
-alive=0
-if stat_fields "$pid" && ! replaced; then
-  set -- $rest
-  case $1 in Z|X) ;; *) if [ "$4" = "$pid" ]; then alive=1; fi ;; esac
-fi
+proc_table
 size=0
 if [ -f "$log" ]; then size=$(wc -c < "$log"); fi
 size=$((size + 0))
-echo "alive=$alive size=$size"
+echo "size=$size"
 if [ "$size" -gt "$off" ]; then tail -c "+$((off + 1))" -- "$log" | head -c "$((size - off))"; fi
 """
 )
 
 
-def poll_process(
-    pid: int, log: str, offset: int, start: int | None = None, tag: str | None = None
-) -> list[str]:
-    return ["sh", "-c", POLL_SH, "sh", str(pid), log, str(offset), *_identity(start, tag)]
+def poll_process(log: str, offset: int) -> list[str]:
+    return ["sh", "-c", POLL_SH, "sh", log, str(offset)]
 
 
-def parse_poll(stdout: str) -> tuple[bool, int, bytes]:
-    """(alive, log size, new log bytes) from `poll_process` output."""
-    header, _, rest = stdout.partition("\n")
-    values = dict(w.split("=", 1) for w in header.split() if "=" in w)
-    try:
-        size = int(values.get("size", "0"))
-    except ValueError:
-        size = 0
-    return values.get("alive") == "1", size, rest.encode()
+@dataclass(frozen=True)
+class Poll:
+    table: ProcessTable
+    size: int  # of the log
+    chunk: bytes  # the log since the offset asked for
+
+
+def parse_poll(stdout: str) -> Poll:
+    """The table, the log's size and its new bytes from `poll_process` output
+    (`deskside.facts.base.FactError` when the table is not there)."""
+    table, rest = split_table(stdout)
+    header, _, chunk = rest.partition("\n")
+    size = header.removeprefix("size=")
+    return Poll(table, int(size) if size.isdigit() else 0, chunk.encode())
 
 
 PROC_START_SH = r"""
-read -r st < "/proc/$1/stat" 2>/dev/null || exit 1
-rest=${st##*) }
-set -- $rest
-echo "start=${20}"
+case $1 in ''|*[!0-9]*) exit 2 ;; esac
+head -c 4096 -- "/proc/$1/stat"
 """
 
 
 def proc_start(pid: int) -> list[str]:
-    """The start time of process `pid` (recorded at start: see the module docstring)."""
+    """The /proc/PID/stat of `pid` (its start time is recorded at start)."""
     return ["sh", "-c", PROC_START_SH, "sh", str(pid)]
 
 
 def parse_proc_start(stdout: str) -> int | None:
-    for word in stdout.split():
-        if word.startswith("start=") and word[6:].isdigit():
-            return int(word[6:])
-    return None
+    stat = parse_stat(stdout)
+    return stat.start_ticks if stat is not None else None
 
 
 def tail_file(path: str, lines: int) -> list[str]:

@@ -1,86 +1,42 @@
-"""One look at a node's engine processes, taken on the node in one round trip: each
-process's state letter and CPU time from /proc/PID/stat, its title from /proc/PID/cmdline,
-the node's clock and clock tick, and when the engine's log last grew.
+"""One look at a node's engine processes, taken on the node in one round trip: the node's
+process table (`deskside.facts.procs`: state letters, CPU time, titles), its clock, and
+when the engine's log last grew.
 
-Which processes: for the process control, the members of the engine's session (its leader
-proven by start time and run tag, as `deskside.runtime.node_sh` does); for
-systemd, the processes in the cgroup of the unit's main process.
+Which processes: for the process control, the live members of the engine's session, tagged
+or not (a rank whose title hid its tag still counts), unless the leader is another process
+now (`deskside.identity`); reading is safe: no process can join another's session from
+outside. For systemd, the processes in the cgroup of the unit's main process.
 """
 
 from __future__ import annotations
 
-from deskside.runtime.node_sh import _PID_SH, _STAT_SH
-from deskside.survive.history import computes
+from deskside.facts.base import FactError
+from deskside.facts.procs import TABLE_SH, Process, ProcessTable, computes, split_table
+from deskside.identity import Claim, judge
 from deskside.survive.observe import ProcessSample
 
-# /proc/PID/stat after "pid (comm) ": $1 state, $12 utime, $13 stime (clock ticks; proc(5)
-# fields 3, 14 and 15).
-_EMIT_SH = r"""
-emit() {
-  read -r st < "/proc/$1/stat" 2>/dev/null || return 0
-  rest=${st##*) }
-  name=$(tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | cut -c1-80)
-  set -- "$1" $rest
-  echo "p $1 $2 ${13} ${14} $name"
-}
-head_lines() {
-  echo "now $(date +%s)"
-  echo "tck $(getconf CLK_TCK 2>/dev/null || echo 100)"
-  if [ -n "$log" ] && [ -f "$log" ]; then echo "log $(stat -c %Y -- "$log")"; fi
-}
-"""
+NAME_CHARS = 80  # of a process's title kept in a sample
 
-# Every live member of the session (not zombies), tagged or not: vLLM's setproctitle
-# (`VLLM::Worker_TP1`) overwrites the memory /proc/PID/environ reads, so its ranks no longer
-# show the run's tag.
-# Reading is safe: the leader is proven (start time and tag), and no process can join
-# another's session from outside.
-_SESSION_SH = r"""
-session() {
-  for f in /proc/[0-9]*/stat; do
-    read -r st < "$f" 2>/dev/null || continue
-    rest=${st##*) }
-    set -- $rest
-    [ "$4" = "$sid" ] || continue
-    case $1 in Z|X) continue ;; esac
-    p=${f#/proc/}
-    echo "${p%/stat}"
-  done
-}
+_CLOCK_SH = r"""
+echo "now $(date +%s)"
+if [ -n "$log" ] && [ -f "$log" ]; then echo "log $(stat -c %Y -- "$log")"; fi
 """
 
 SESSION_SAMPLE_SH = (
-    "sid=$1; start=${2:-}; tag=${3:-}; log=${4:-}\n"
-    + _PID_SH
-    + _STAT_SH
-    + _SESSION_SH
-    + _EMIT_SH
-    + r"""
-head_lines
-if replaced; then exit 0; fi
-for p in $(session); do emit "$p"; done
+    "log=${4:-}\n"
+    + TABLE_SH
+    + "proc_table full\n"
+    + _CLOCK_SH
+    + r"""printf 'session\n%s\n%s\n%s' "$1" "${2:-}" "${3:-}"
 """
 )
 
-# every process whose cgroup line (v2 "0::", else v1 "name=systemd") is the main
-# process's cgroup or below it
 CGROUP_SAMPLE_SH = (
-    "main=$1; log=${2:-}\n"
-    + _EMIT_SH
-    + r"""
-head_lines
-case $main in ''|*[!0-9]*|0|1) exit 0 ;; esac
-want=
-while IFS= read -r line; do
-  case $line in 0::*) want=$line ;; *:name=systemd:*) [ -n "$want" ] || want=$line ;; esac
-done < "/proc/$main/cgroup" 2>/dev/null
-[ -n "$want" ] || exit 0
-for f in /proc/[0-9]*/cgroup; do
-  p=${f#/proc/}; p=${p%/cgroup}
-  while IFS= read -r line; do
-    case $line in "$want"|"$want"/*) emit "$p"; break ;; esac
-  done < "$f" 2>/dev/null
-done
+    "log=${2:-}\n"
+    + TABLE_SH
+    + "proc_table full\n"
+    + _CLOCK_SH
+    + r"""printf 'cgroup\n%s' "$1"
 """
 )
 
@@ -94,46 +50,78 @@ def cgroup_sample(main_pid: int, log: str | None = None) -> list[str]:
     return ["sh", "-c", CGROUP_SAMPLE_SH, "sh", str(main_pid), log or ""]
 
 
+def _session(table: ProcessTable, words: list[str]) -> list[Process]:
+    if len(words) < 3 or not words[0].isdigit():
+        return []
+    start = int(words[1]) if words[1].isdigit() else None
+    claim = Claim("the engine", int(words[0]), start, words[2] or None)
+    if judge(table, claim).state == "replaced":
+        return []
+    return table.session(int(words[0]))
+
+
+def _cgroup(table: ProcessTable, main: str) -> list[Process]:
+    """Every live process whose cgroup (v2 `0::`, else v1 `name=systemd`) is the main
+    process's or below it."""
+    leader = table.get(int(main)) if main.isdigit() and int(main) > 1 else None
+    if leader is None:
+        return []
+    lines = leader.cgroups
+    want = next((c for c in lines if c.startswith("0::")), None)
+    want = want or next((c for c in lines if ":name=systemd:" in c), None)
+    if want is None:
+        return []
+    return [
+        p
+        for p in table.processes.values()
+        if not p.gone and any(c == want or c.startswith(want + "/") for c in p.cgroups)
+    ]
+
+
 def parse_sample(
     stdout: str, node: str, role: str, at: float
 ) -> tuple[list[ProcessSample], float | None]:
     """The node's processes (stamped `at`, the observer's clock) and how long its log has
     been silent (by the node's own clock; None without a log)."""
-    values: dict[str, str] = {}
-    rows: list[tuple[int, str, int, str]] = []
-    for line in stdout.splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind in ("now", "tck", "log"):
-            values[kind] = rest.strip()
-            continue
-        if kind != "p":
-            continue
-        parts = rest.split(" ", 4)
-        if len(parts) < 4 or not all(x.isdigit() for x in (parts[0], parts[2], parts[3])):
-            continue
-        name = parts[4].strip() if len(parts) > 4 else ""
-        rows.append((int(parts[0]), parts[1], int(parts[2]) + int(parts[3]), name))
     try:
-        tck = float(values.get("tck", "100")) or 100.0
+        table, rest = split_table(stdout)
+    except FactError:
+        return [], None
+    values: dict[str, str] = {}
+    lines = rest.split("\n")
+    while lines and lines[0].split(" ", 1)[0] in ("now", "log"):
+        key, _, value = lines.pop(0).partition(" ")
+        values[key] = value.strip()
+    kind, words = (lines[0], lines[1:]) if lines else ("", [])
+    if kind == "session":
+        procs = _session(table, [*words[:2], "\n".join(words[2:])])
+    elif kind == "cgroup" and words:
+        procs = _cgroup(table, words[0])
+    else:
+        procs = []
+    try:
         node_now = float(values["now"]) if "now" in values else None
         silent = node_now - float(values["log"]) if node_now and "log" in values else None
     except ValueError:
-        tck, silent = 100.0, None
-    samples = [
-        ProcessSample(
-            at=at,
-            node=node,
-            role=role,
-            pid=pid,
-            alive=True,
-            state=state[:1] or None,
-            cpu_seconds=ticks / tck,
-            log_silent_seconds=max(silent, 0.0) if silent is not None else None,
-            name=name or None,
-            computes=computes(name),
+        silent = None
+    tck = float(table.clk_tck) or 100.0
+    samples = []
+    for p in procs:
+        name = p.command[:NAME_CHARS].strip()
+        samples.append(
+            ProcessSample(
+                at=at,
+                node=node,
+                role=role,
+                pid=p.pid,
+                alive=True,
+                state=p.state,
+                cpu_seconds=p.cpu_ticks / tck,
+                log_silent_seconds=max(silent, 0.0) if silent is not None else None,
+                name=name or None,
+                computes=computes(name),
+            )
         )
-        for pid, state, ticks, name in rows
-    ]
     return samples, silent
 
 

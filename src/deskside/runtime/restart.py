@@ -19,10 +19,10 @@ import httpx
 
 from deskside import secrets
 from deskside.errors import DesksideError
+from deskside.identity import stop_command
 from deskside.records.node import NodeState, read_state
 from deskside.records.run import RunNode, RunRecord
-from deskside.runtime import node_sh
-from deskside.runtime.control import Control, watched
+from deskside.runtime.control import Control, engine_claim, watched
 from deskside.runtime.ops import Executed, Op, Record, Run, Spawn, execute, stamp
 from deskside.runtime.ready import wait_ready
 from deskside.transport.base import Transport
@@ -39,14 +39,15 @@ def workers_first(run: RunRecord) -> list[RunNode]:
 
 
 def stop_engine(control: Control, state: NodeState, grace: float) -> list[list[str]]:
-    """Stop the engine only (its services keep running)."""
+    """Stop the engine only (its services keep running). `Unproven` when the state does
+    not prove the process deskside's (nothing is signalled then)."""
     if control.kind == "systemd":
         return [[*control.sudo, "systemctl", "stop", control.layout.unit_name]]
     if control.kind == "compose":
         return [control.compose("stop")]
     if state.pid is None:
         return []
-    return [node_sh.stop_session(state.pid, grace, state.pid_start, state.run_tag)]
+    return [stop_command(engine_claim(state), grace)]
 
 
 def _local_spawns(run: RunRecord, say: Say) -> dict[str, Spawn]:
@@ -122,9 +123,11 @@ def restart_engines(
             raise DesksideError(f"{n.name}: no engine recorded there: nothing to restart")
         states[n.name] = state
     order = workers_first(run)
+    # every stop built first: a state that does not prove its engine stops nothing at all
+    stops = {n.name: stop_engine(controls[n.name], states[n.name], grace) for n in order}
     for n in order:
         say(f"{n.name}: stopping the engine")
-        for argv in stop_engine(controls[n.name], states[n.name], grace):
+        for argv in stops[n.name]:
             r = transports[n.name].run(argv, timeout=grace + 120)
             if not r.ok:
                 raise DesksideError(

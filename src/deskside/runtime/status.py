@@ -244,10 +244,11 @@ def down(
         if state is None:
             continue
         control = login_control(t, control_of(run, node))
-        if control.stop(t, state, grace):
+        problems = control.stop_report(t, state, grace)
+        if not problems:
             remove_state(t, layout)
         else:
-            leftovers.append(f"{node.name}: still running {grace:.0f} s after the stop signal")
+            leftovers.append(f"{node.name}: " + "; ".join(problems))
     here = LocalTransport()
     if run.shm_before is not None:
         here.run(node_sh.shm_clean(run.shm_before), timeout=60)

@@ -1,10 +1,8 @@
 """Looks at a running cluster, kept as a series: one look = the head's metric sample and
 every node's engine processes at one moment. `deskside status` and `deskside watch` append
 their looks to the run's series and classify the whole of it. Pure: JSON in and out.
-
-Which processes compute: vLLM names its processes with setproctitle (vllm/utils
-`set_process_title`: `VLLM::EngineCore`, `VLLM::Worker_TP<rank>`, the API server keeps
-its command line); engine cores and worker ranks do the work a wedge stops.
+Which processes compute (engine cores and worker ranks, by the titles vLLM gives them) is
+decided when a look is taken (`deskside.facts.procs.computes`).
 """
 
 from __future__ import annotations
@@ -16,13 +14,7 @@ from dataclasses import asdict, dataclass
 from deskside.survive.classify import Observations
 from deskside.survive.observe import EngineSample, ProcessSample
 
-COMPUTE_MARKERS = ("EngineCore", "Worker_TP", "Worker_PP", "VllmWorker", "Worker_DP")
 KEEP_SECONDS = 3600.0  # looks older than this are dropped from the series
-
-
-def computes(name: str | None) -> bool:
-    """A process whose title says it is an engine core or a worker rank."""
-    return bool(name) and any(m in (name or "") for m in COMPUTE_MARKERS)
 
 
 @dataclass(frozen=True)
@@ -74,4 +66,4 @@ def observations(looks: Sequence[Look], now: float, ever_ready: bool) -> Observa
     )
 
 
-__all__ = ["KEEP_SECONDS", "Look", "computes", "observations", "parse_look", "series"]
+__all__ = ["KEEP_SECONDS", "Look", "observations", "parse_look", "series"]

@@ -85,11 +85,12 @@ class ProcessSample:
 
 
 def short_name(command: str, width: int = 48) -> str:
-    """A process's title as people read it: `VLLM::Worker_TP1` as is; `python -m mod verb
-    ...` as `mod verb`; `python -c code` as `python -c <code start>`; else the program's
-    file name and its first argument."""
+    """A process's title as people read it: a title an engine set (`PREFIX::Role`, as
+    vLLM's `...::Worker_TP1`) as is; `python -m mod verb ...` as `mod verb`; `python -c
+    code` as `python -c <code start>`; else the program's file name and its first
+    argument."""
     words = command.split()
-    if not words or command.startswith("VLLM::"):
+    if not words or "::" in words[0]:
         return command[:width]
     if "-m" in words[:-1]:
         i = words.index("-m")
