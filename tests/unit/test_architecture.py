@@ -6,6 +6,7 @@ planner, layout, launch, render) imports nothing that touches a host."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,21 @@ def test_the_exporter_reads_and_never_acts() -> None:
         if name.startswith("deskside.exporter"):
             bad = {d for d in deps if d.startswith(acting)}
             assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def _files_holding(pattern: str) -> set[str]:
+    found = set()
+    for path in (SRC / "deskside").rglob("*"):
+        if path.suffix in (".py", ".j2", ".sh") and re.search(pattern, path.read_text()):
+            found.add(str(path.relative_to(SRC)))
+    return found
+
+
+def test_process_identity_is_written_down_once() -> None:
+    """vLLM's process-title rule and the run tag's variable name each live in one module;
+    /proc/PID/stat is split in one Python module (the on-node stop keeps its own atomic
+    check-then-signal in sh, tested to agree with it)."""
+    assert _files_holding(r"VLLM::") == {"deskside/facts/procs.py"}
+    assert _files_holding(r"DESKSIDE_RUN") == {"deskside/facts/__init__.py"}
+    splitters = _files_holding(r'##\*\) |r(partition|find|split|index)\("\)')
+    assert splitters == {"deskside/facts/procs.py", "deskside/runtime/node_sh.py"}

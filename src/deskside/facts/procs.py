@@ -32,10 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
+from deskside.facts import RUN_TAG as RUN_TAG
 from deskside.facts.base import Fact, FactError
-
-RUN_TAG = "DESKSIDE_RUN"
-"""The environment variable that marks every process deskside started."""
 
 # process titles: vLLM names its engine core and workers "VLLM::EngineCore",
 # "VLLM::Worker_TP0" (vllm.utils.system_utils.set_process_title, VLLM_PROCESS_NAME_PREFIX)

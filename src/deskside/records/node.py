@@ -86,7 +86,7 @@ class NodeState(BaseModel):
     control: ControlKind
     pid: Pid | None = None  # process: the engine's session leader
     pid_start: int | None = None  # its start time (clock ticks since boot)
-    run_tag: str | None = None  # DESKSIDE_RUN in the environment of its every process
+    run_tag: str | None = None  # the run tag in the environment of its every process
     log: str | None = None  # process: the engine's log file
     started_epoch: int | None = None  # node clock at start (journal/compose --since)
     started_at: str

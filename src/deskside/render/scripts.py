@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 
 from deskside.fabric.launch_sh import node_gid_snippet
+from deskside.facts import RUN_TAG
 from deskside.recipe.types import Node, Recipe
 from deskside.render import quote
 from deskside.render.context import NodeContext, RenderContext
@@ -40,6 +41,7 @@ def render_launch(ctx: RenderContext, n: NodeContext) -> str:
         gid_snippet=snippet.rstrip("\n"),
         secret_env_file=n.launch.secret_env_file,
         command_lines=command_lines(n.launch.program, n.launch.args),
+        run_tag_env=RUN_TAG,
         run_tag_prefix=f"{ctx.recipe.name}/{n.name}/",
     )
 

@@ -26,9 +26,9 @@ export VLLM_CACHE_ROOT=/var/lib/deskside/hf-cache/vllm
 export VLLM_HOST_IP=192.168.100.2
 export VLLM_USE_BREAKABLE_CUDAGRAPH=0
 
-# deskside's run tag (recipe/node/start time/engine): how `deskside exporter` finds this
-# engine among the node's processes. A start by deskside itself passes its own; a start by
-# systemd or Docker gets this start's time.
+# deskside's run tag (recipe/node/start time/engine): how `deskside node exporter` finds
+# this engine among the node's processes. A start by deskside itself passes its own; a start
+# by systemd or Docker gets this start's time.
 if [ -z "${DESKSIDE_RUN:-}" ]; then
   DESKSIDE_RUN=dual-spark-deepseek-v4-flash/ai2/"$(date -u +%Y%m%d%H%M%S)/engine"
   export DESKSIDE_RUN

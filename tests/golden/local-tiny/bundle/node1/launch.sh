@@ -18,9 +18,9 @@ export NCCL_SOCKET_IFNAME=ds-veth1
 export VLLM_HOST_IP=10.77.0.2
 export VLLM_TARGET_DEVICE=cpu
 
-# deskside's run tag (recipe/node/start time/engine): how `deskside exporter` finds this
-# engine among the node's processes. A start by deskside itself passes its own; a start by
-# systemd or Docker gets this start's time.
+# deskside's run tag (recipe/node/start time/engine): how `deskside node exporter` finds
+# this engine among the node's processes. A start by deskside itself passes its own; a start
+# by systemd or Docker gets this start's time.
 if [ -z "${DESKSIDE_RUN:-}" ]; then
   DESKSIDE_RUN=local-tiny/node1/"$(date -u +%Y%m%d%H%M%S)/engine"
   export DESKSIDE_RUN
