@@ -110,9 +110,6 @@ class NodeLayout:
         """One file per start (a restarted release must not replay its old shutdown)."""
         return self._p("logs", f"{rid}.{started}.log")
 
-    def proxy_log(self, rid: str, started: str) -> str:
-        return self.service_log(rid, started, "proxy")
-
     def service_log(self, rid: str, started: str, service: str) -> str:
         """The output of a service started beside the engine (proxy, monitoring)."""
         return self._p("logs", f"{rid}.{started}.{service}.log")

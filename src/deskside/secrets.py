@@ -132,22 +132,10 @@ def _check_folder(path: Path) -> None:
         )
 
 
-def write_secret(path: Path, value: str) -> None:
-    """Write `value` to `path` with mode 0600 (folders made 0700), atomically; an existing
-    file is replaced (`deskside.safefs`)."""
-    _check_value(path, value)
-    write_file(path, _line(value), SECRET_MODE, dir_mode=PRIVATE_DIR)
-
-
 def write_secret_file(path: Path, data: bytes) -> None:
     """Write a secret file of several lines (an environment file) with mode 0600, folders
     made 0700, atomically."""
     write_file(path, data, SECRET_MODE, dir_mode=PRIVATE_DIR)
-
-
-def _check_value(path: Path, value: str) -> None:
-    if not value or "\n" in value.rstrip("\n"):
-        raise UsageError(f"{path}: a secret is one non-empty line")
 
 
 def _line(value: str) -> bytes:

@@ -32,7 +32,7 @@ from deskside.records.where import run_file
 from deskside.runtime.control import run_tag
 from deskside.runtime.node_sh import RUN_TAG, parse_proc_start, proc_start
 from deskside.runtime.transports import transport_for
-from deskside.secrets import engine_env_path, write_secret
+from deskside.secrets import engine_env_path, write_secret_file
 from deskside.transport import ssh
 
 from ..cli_process import deskside
@@ -103,7 +103,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, session_home: Path) -> Itera
         recipes = base / "recipes"
         recipe = write_recipe(recipes, data)
         ensure_tiny_model(recipes)
-        write_secret(engine_env_path(NAME), f"{ENGINE_KEY_ENV}={LOCAL_KEY}")
+        write_secret_file(engine_env_path(NAME), (f"{ENGINE_KEY_ENV}={LOCAL_KEY}" + "\n").encode())
         nodes = [
             RunNode(
                 name=f"node{i}",

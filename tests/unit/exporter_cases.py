@@ -96,12 +96,6 @@ class FakeGb10:
     def temperature_celsius(self, index: int) -> float | None:
         return self.celsius
 
-    def driver_version(self) -> str | None:
-        return "580.95.05"
-
-    def cuda_version(self) -> str | None:
-        return "13.0"
-
 
 @dataclass
 class FakeDiscrete(FakeGb10):

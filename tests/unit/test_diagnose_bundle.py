@@ -22,7 +22,7 @@ from deskside.layout import ENGINE_KEY_ENV
 from deskside.records.node import NodeState
 from deskside.records.read import NODE_READ_SH
 from deskside.records.run import RunNode, RunRecord
-from deskside.secrets import engine_env_path, write_secret
+from deskside.secrets import engine_env_path, write_secret_file
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 from deskside.transport.ssh import SshError
@@ -187,7 +187,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_one_node_unreachable_still_makes_a_bundle_without_secrets(
     home: Path, tmp_path: Path
 ) -> None:
-    write_secret(engine_env_path(NAME), f"{ENGINE_KEY_ENV}={ENGINE_KEY}")
+    write_secret_file(engine_env_path(NAME), (f"{ENGINE_KEY_ENV}={ENGINE_KEY}" + "\n").encode())
     run = _record(home)
     node0 = answering(run.nodes[0].recipe_dir)
     node1 = Unreachable(label="node1")

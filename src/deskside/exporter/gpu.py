@@ -37,10 +37,6 @@ class Nvml(Protocol):
 
     def temperature_celsius(self, index: int) -> float | None: ...
 
-    def driver_version(self) -> str | None: ...
-
-    def cuda_version(self) -> str | None: ...
-
 
 @dataclass(frozen=True)
 class GpuReading:
@@ -77,11 +73,6 @@ def read_gpus(nvml: Nvml | None, meminfo: MemInfo | None) -> list[GpuReading]:
             )
         )
     return readings
-
-
-def cuda_version_text(version: int) -> str:
-    """NVML's CUDA driver version number as CUDA writes it: 13000 -> "13.0"."""
-    return f"{version // 1000}.{version % 1000 // 10}"
 
 
 class PyNvml:
@@ -130,16 +121,6 @@ class PyNvml:
         sensor = getattr(self._nv, "NVML_TEMPERATURE_GPU", 0)
         value = self._call("nvmlDeviceGetTemperature", self._handles[index], sensor)
         return None if value is None else float(value)
-
-    def driver_version(self) -> str | None:
-        value = self._call("nvmlSystemGetDriverVersion")
-        if isinstance(value, bytes):
-            value = value.decode(errors="replace")
-        return str(value) if value else None
-
-    def cuda_version(self) -> str | None:
-        value = self._call("nvmlSystemGetCudaDriverVersion_v2")
-        return cuda_version_text(int(value)) if value else None
 
 
 def open_nvml() -> Nvml | None:
