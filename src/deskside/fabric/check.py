@@ -36,8 +36,9 @@ from deskside.fabric.report import (
     Progress,
     Status,
 )
-from deskside.fabric.sysfs import IpLink, read_snapshot
+from deskside.fabric.sysfs import read_snapshot
 from deskside.fabric.sysfs_dump import dump_command, parse_dump
+from deskside.facts.network import Link
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 
@@ -50,7 +51,7 @@ def _gather(recipe: Recipe, node: Node, rank: int, t: Transport, opts: CheckOpti
     links = probe.parse_addr(t.run(probe.addr_command(), timeout=30))
     interface = node.fabric.interface if node.fabric else None
     interface = interface or probe.interface_for_address(links, address)
-    link: IpLink | None = links.get(interface) if interface else None
+    link: Link | None = links.get(interface) if interface else None
     speed = (
         probe.parse_speed_gbps(t.run(probe.speed_command(interface), timeout=30))
         if interface and link

@@ -20,7 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from deskside.fabric.sysfs import IpLink, parse_ip_addr_json
+from deskside.fabric.sysfs import parse_ip_addr_json
+from deskside.facts.network import Link
 from deskside.transport.base import Result
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True)
@@ -36,7 +37,7 @@ def addr_command() -> list[str]:
     return ["ip", "-j", "addr", "show"]
 
 
-def parse_addr(result: Result) -> dict[str, IpLink]:
+def parse_addr(result: Result) -> dict[str, Link]:
     """`addr_command()`'s output; {} when it failed (the caller reports the interface
     missing)."""
     if not result.ok:
@@ -44,7 +45,7 @@ def parse_addr(result: Result) -> dict[str, IpLink]:
     return parse_ip_addr_json(result.stdout)
 
 
-def interface_for_address(links: dict[str, IpLink], address: str) -> str | None:
+def interface_for_address(links: dict[str, Link], address: str) -> str | None:
     """The interface carrying `address` (nodes without fabric.interface)."""
     for link in links.values():
         if link.has_address(address):

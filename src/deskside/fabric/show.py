@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict
 from deskside.engine.launch import node_ip
 from deskside.fabric import probe
 from deskside.fabric.gid import PortResolution, ipv4_mapped_gid, resolve_node, resolve_ports
-from deskside.fabric.sysfs import GidEntry, IpLink, SysfsSource, read_snapshot
+from deskside.fabric.sysfs import GidEntry, SysfsSource, read_snapshot
 from deskside.fabric.sysfs_dump import dump_command, parse_dump
+from deskside.facts.network import Link
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 
@@ -107,7 +108,7 @@ def show_snapshot(
     address: IPv4Address | str | None = None,
     interface: str | None = None,
     hcas: Sequence[str] | None = None,
-    ip_addrs: Mapping[str, IpLink] | None = None,
+    ip_addrs: Mapping[str, Link] | None = None,
 ) -> SnapshotView:
     """Per device port of one sysfs tree: facts and (with an address) the GID choice."""
     snapshot = read_snapshot(source, ip_addrs, [interface] if interface else [])

@@ -35,18 +35,19 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import json
 import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from deskside.errors import DesksideError, Location, UsageError
+from deskside.facts.base import FactError
+from deskside.facts.network import Link, parse_links
 from deskside.smallfile import FileTooLarge, NotRegularFile, read_small_file
 
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
@@ -401,7 +402,7 @@ def _netdev_name_ok(name: str) -> bool:
 
 
 def read_netdev(
-    source: SysfsSource, name: str, ip_addrs: Mapping[str, IpLink] | None = None
+    source: SysfsSource, name: str, ip_addrs: Mapping[str, Link] | None = None
 ) -> Netdev:
     link = ip_addrs.get(name) if ip_addrs is not None else None
     if not _netdev_name_ok(name):  # e.g. "../.." from a gid_attrs/ndevs file: not read
@@ -423,7 +424,7 @@ def read_netdev(
 
 def read_snapshot(
     source: SysfsSource,
-    ip_addrs: Mapping[str, IpLink] | None = None,
+    ip_addrs: Mapping[str, Link] | None = None,
     extra_netdevs: Sequence[str] = (),
 ) -> SysfsSnapshot:
     """All RDMA devices of `source` and the netdevs they (or `extra_netdevs`) name.
@@ -446,55 +447,13 @@ def read_snapshot(
 # --------------------------------------------------------------------------- ip -j addr
 
 
-class IpLink(BaseModel):
-    """One interface of `ip -j addr show`: what deskside uses of it."""
-
-    model_config = _CONFIG
-
-    name: str
-    mtu: int | None
-    operstate: str | None  # "UP", "DOWN", "UNKNOWN" (ip prints uppercase)
-    flags: tuple[str, ...]
-    ipv4: tuple[str, ...]  # "a.b.c.d/len"
-
-    @property
-    def up(self) -> bool:
-        """Carrier up: operstate UP, or UNKNOWN with LOWER_UP (drivers without operstate)."""
-        if self.operstate == "UP":
-            return True
-        return self.operstate == "UNKNOWN" and "LOWER_UP" in self.flags
-
-    def has_address(self, address: str) -> bool:
-        return any(cidr.split("/", 1)[0] == address for cidr in self.ipv4)
-
-
-def parse_ip_addr_json(text: str) -> dict[str, IpLink]:
-    """Parse `ip -j addr show [dev X]` output: interface name -> IpLink."""
+def parse_ip_addr_json(text: str) -> dict[str, Link]:
+    """Parse `ip -j addr show [dev X]` output: interface name -> Link (the network fact's
+    parser, with the fabric commands' own error and hint)."""
     try:
-        data: Any = json.loads(text or "[]")
-    except json.JSONDecodeError as exc:
+        return parse_links(text)
+    except FactError as exc:
         raise SysfsError(
             f"cannot parse `ip -j addr` output: {exc}",
             hint="pass the output of `ip -j addr show` (iproute2 with JSON support)",
         ) from None
-    if not isinstance(data, list):
-        raise SysfsError("`ip -j addr` output is not a JSON list", hint="run `ip -j addr show`")
-    links: dict[str, IpLink] = {}
-    for item in data:
-        if not isinstance(item, dict) or not isinstance(item.get("ifname"), str):
-            continue
-        ipv4 = tuple(
-            f"{a['local']}/{a.get('prefixlen', 32)}"
-            for a in item.get("addr_info", [])
-            if isinstance(a, dict) and a.get("family") == "inet" and "local" in a
-        )
-        mtu = item.get("mtu")
-        state = item.get("operstate")
-        links[item["ifname"]] = IpLink(
-            name=item["ifname"],
-            mtu=mtu if isinstance(mtu, int) else None,
-            operstate=state if isinstance(state, str) else None,
-            flags=tuple(f for f in item.get("flags", []) if isinstance(f, str)),
-            ipv4=ipv4,
-        )
-    return links
