@@ -15,6 +15,7 @@ import pytest
 
 from deskside.deploy import preflight as pf
 from deskside.deploy.drift import must_match, versions_fact
+from deskside.engine.launch import engine_python
 from deskside.errors import DesksideError
 from deskside.facts.base import gather
 from deskside.facts.versions import host_versions
@@ -61,7 +62,7 @@ def judged(facts: str, recipe: Recipe, recipe_dir: str = "/opt/deskside/ssh-tiny
         recipe,
         recipe.head,
         recipe_dir,
-        versions_fact(recipe, {}, pf.node_python(recipe), nccl=False),
+        versions_fact(recipe, {}, engine_python(recipe), nccl=False),
     )
     return wanted.values(gather(answering(facts), *wanted.all()))
 

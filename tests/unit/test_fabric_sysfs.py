@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from deskside.fabric.probe import parse_ip_addr_json
 from deskside.fabric.sysfs import (
     DirSource,
     SysfsError,
-    parse_ip_addr_json,
     parse_rate_gbps,
     read_snapshot,
     read_value,

@@ -21,7 +21,6 @@ from deskside.facts.versions import (
     PythonEnv,
     driver_version,
     host_versions,
-    node_python,
     parse_versions,
 )
 from deskside.transport.local import LocalTransport
@@ -44,6 +43,8 @@ nccl={WHEEL}
 nccl_file={WHEEL}
 nccl_sha256={SHA_A}
 """
+
+RECIPES = Path(__file__).parents[2] / "recipes"
 
 
 def test_parse_a_recorded_spark() -> None:
@@ -122,9 +123,19 @@ def test_any_text_parses_or_is_refused(text: str) -> None:
         parse_versions(text)
 
 
-def test_node_python_defaults_to_python3() -> None:
-    assert node_python(None) == "python3"
-    assert node_python("/opt/v/bin/python") == "/opt/v/bin/python"
+def test_the_engine_python_is_the_recipes_else_this_one_else_python3() -> None:
+    from deskside.engine.launch import engine_python
+    from deskside.recipe.load import load_recipe_text
+
+    text = (RECIPES / "dual-spark-deepseek-v4-flash.yaml").read_text()
+    recipe = load_recipe_text(text, "r.yaml")
+    assert recipe.runtime.python is None
+    assert engine_python(recipe) == "python3"
+    assert engine_python(recipe, here="/opt/v/bin/python") == "/opt/v/bin/python"
+    named = recipe.model_copy(
+        update={"runtime": recipe.runtime.model_copy(update={"python": "/srv/py"})}
+    )
+    assert engine_python(named, here="/opt/v/bin/python") == "/srv/py"
 
 
 # -------------------------------------------------------------------- the fact, for real

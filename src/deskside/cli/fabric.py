@@ -119,8 +119,9 @@ def show(
     as_json: JsonFlag = False,
 ) -> None:
     """RDMA devices, ports, state, rate, MTU, netdev, address and the chosen GID index."""
+    from deskside.fabric.probe import parse_ip_addr_json
     from deskside.fabric.show import show_recipe, show_snapshot
-    from deskside.fabric.sysfs import DirSource, parse_ip_addr_json
+    from deskside.fabric.sysfs import DirSource
     from deskside.transport.local import LocalTransport
 
     try:

@@ -15,13 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deskside.engine.launch import engine_python
 from deskside.facts.access import FileAccess, Login, file_access, login
 from deskside.facts.base import Fact, Gathered, Unread
 from deskside.facts.disk import DiskSpace, disk_space
 from deskside.facts.network import listening
 from deskside.facts.programs import Docker, docker, programs
 from deskside.facts.versions import HostVersions, PythonEnv
-from deskside.facts.versions import node_python as python_of
 from deskside.recipe.types import Node, Recipe
 from deskside.units import MIB
 
@@ -161,11 +161,6 @@ def service_programs(recipe: Recipe, head: bool) -> dict[str, tuple[str, str]]:
     return out
 
 
-def node_python(recipe: Recipe) -> str:
-    """The engine's Python on deployed nodes."""
-    return python_of(recipe.runtime.python)
-
-
 def needs_root(recipe: Recipe) -> bool:
     """systemd units and Docker need root (or passwordless sudo)."""
     return recipe.runtime.systemd or recipe.runtime.kind == "container"
@@ -244,7 +239,7 @@ def check_node(
                 )
     py = facts.python
     if recipe.runtime.kind == "native" and py is not None:
-        python = node_python(recipe)
+        python = engine_python(recipe)
         if py.missing:
             problem(f"{python} not found", "install Python with vLLM, or set runtime.python")
         elif py.broken or py.version is None:

@@ -14,6 +14,7 @@ from typing import Any
 from deskside.deploy import preflight as pf
 from deskside.deploy.deployment import Deployment
 from deskside.deploy.drift import drift_facts, shared_of, versions_fact
+from deskside.engine.launch import engine_python
 from deskside.errors import DesksideError
 from deskside.facts.base import Fact, Unread, gather
 from deskside.facts.drift import NodeShared
@@ -48,7 +49,7 @@ def look(d: Deployment, node: Node, base: Control, need_bytes: int) -> NodeLook:
     t = d.t(node.name)
     env = d.launch(node.name).env_dict
     many = len(recipe.cluster.nodes) > 1
-    python = pf.node_python(recipe)
+    python = engine_python(recipe)
     drift = drift_facts(recipe, node, env, python) if many else None
     versions = drift.versions if drift else versions_fact(recipe, env, python, nccl=False)
     facts = pf.preflight_facts(recipe, node, d.layout.recipe_dir, versions)

@@ -34,6 +34,15 @@ from deskside.recipe.data_parallel_rules import recipe_layout
 from deskside.recipe.text import WILDCARD_HOSTS
 from deskside.recipe.types import Node, Recipe
 
+NODE_PYTHON = "python3"
+"""A deployed node's Python for a native engine when the recipe names none (on its PATH)."""
+
+
+def engine_python(recipe: Recipe, *, here: str | None = None) -> str:
+    """The Python a native engine runs with: the recipe's runtime.python, else on this
+    machine `here` (the Python deskside runs in), else a deployed node's `python3`."""
+    return recipe.runtime.python or here or NODE_PYTHON
+
 
 @dataclass(frozen=True)
 class Site:
@@ -54,7 +63,7 @@ class Site:
         layout = NodeLayout.of(recipe)
         return cls(
             model=model_on_nodes(recipe, recipe_path, layout),
-            python=recipe.runtime.python or "python3",
+            python=engine_python(recipe),
             hf_home=recipe.runtime.hf_cache,
             workdir=layout.current,
             in_container=recipe.runtime.kind == "container",
@@ -69,7 +78,7 @@ class Site:
         so no engine key either (`secret_env_file`)."""
         return cls(
             model=model_here(recipe, recipe_path),
-            python=recipe.runtime.python or python,
+            python=engine_python(recipe, here=python),
             hf_home=None,
             workdir=workdir,
             in_container=False,

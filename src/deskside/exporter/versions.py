@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import sys
 
+from deskside.engine.launch import engine_python as python_of
 from deskside.exporter import series
 from deskside.facts.base import Fact, Unread, gather
-from deskside.facts.versions import HostVersions, host_versions, node_python
+from deskside.facts.versions import HostVersions, host_versions
 from deskside.recipe.types import Node, Recipe
 from deskside.render.lock import deskside_version, image_digest
 from deskside.transport.base import Transport
@@ -37,9 +38,7 @@ def engine_python(recipe: Recipe, node: Node) -> str | None:
     `deskside.engine.launch.Site` takes them)."""
     if recipe.runtime.kind != "native":
         return None
-    if node.ssh is None:
-        return recipe.runtime.python or sys.executable
-    return node_python(recipe.runtime.python)
+    return python_of(recipe, here=sys.executable if node.ssh is None else None)
 
 
 def versions_fact(recipe: Recipe, node: Node) -> Fact[HostVersions]:

@@ -20,8 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from deskside.fabric.sysfs import parse_ip_addr_json
-from deskside.facts.network import Link
+from deskside.fabric.sysfs import SysfsError
+from deskside.facts.base import FactError
+from deskside.facts.network import Link, parse_links
 from deskside.transport.base import Result
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True)
@@ -35,6 +36,18 @@ RECOMMENDED_MTU = 9000
 def addr_command() -> list[str]:
     """Every interface with its addresses, as JSON (iproute2)."""
     return ["ip", "-j", "addr", "show"]
+
+
+def parse_ip_addr_json(text: str) -> dict[str, Link]:
+    """Parse `ip -j addr show [dev X]` output: interface name -> Link (the network fact's
+    parser, with the fabric commands' own error and hint)."""
+    try:
+        return parse_links(text)
+    except FactError as exc:
+        raise SysfsError(
+            f"cannot parse `ip -j addr` output: {exc}",
+            hint="pass the output of `ip -j addr show` (iproute2 with JSON support)",
+        ) from None
 
 
 def parse_addr(result: Result) -> dict[str, Link]:

@@ -46,8 +46,6 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from deskside.errors import DesksideError, Location, UsageError
-from deskside.facts.base import FactError
-from deskside.facts.network import Link, parse_links
 from deskside.smallfile import FileTooLarge, NotRegularFile, read_small_file
 
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
@@ -401,8 +399,21 @@ def _netdev_name_ok(name: str) -> bool:
     )
 
 
+class IpLink(Protocol):
+    """What a netdev takes of `ip -j addr` (`deskside.facts.network.Link`)."""
+
+    @property
+    def mtu(self) -> int | None: ...
+
+    @property
+    def operstate(self) -> str | None: ...
+
+    @property
+    def ipv4(self) -> tuple[str, ...]: ...
+
+
 def read_netdev(
-    source: SysfsSource, name: str, ip_addrs: Mapping[str, Link] | None = None
+    source: SysfsSource, name: str, ip_addrs: Mapping[str, IpLink] | None = None
 ) -> Netdev:
     link = ip_addrs.get(name) if ip_addrs is not None else None
     if not _netdev_name_ok(name):  # e.g. "../.." from a gid_attrs/ndevs file: not read
@@ -424,12 +435,13 @@ def read_netdev(
 
 def read_snapshot(
     source: SysfsSource,
-    ip_addrs: Mapping[str, Link] | None = None,
+    ip_addrs: Mapping[str, IpLink] | None = None,
     extra_netdevs: Sequence[str] = (),
 ) -> SysfsSnapshot:
     """All RDMA devices of `source` and the netdevs they (or `extra_netdevs`) name.
 
-    `ip_addrs` (from `parse_ip_addr_json`) adds IPv4 addresses; without it they are None.
+    `ip_addrs` (from `deskside.fabric.probe.parse_ip_addr_json`) adds IPv4 addresses;
+    without it they are None.
     """
     if isinstance(source, DirSource):
         source = DirSource(source.root)  # the bounds hold per snapshot
@@ -442,18 +454,3 @@ def read_snapshot(
     names += extra_netdevs
     netdevs = {n: read_netdev(source, n, ip_addrs) for n in sorted(set(names))}
     return SysfsSnapshot(source=source.describe(), devices=devices, netdevs=netdevs)
-
-
-# --------------------------------------------------------------------------- ip -j addr
-
-
-def parse_ip_addr_json(text: str) -> dict[str, Link]:
-    """Parse `ip -j addr show [dev X]` output: interface name -> Link (the network fact's
-    parser, with the fabric commands' own error and hint)."""
-    try:
-        return parse_links(text)
-    except FactError as exc:
-        raise SysfsError(
-            f"cannot parse `ip -j addr` output: {exc}",
-            hint="pass the output of `ip -j addr show` (iproute2 with JSON support)",
-        ) from None

