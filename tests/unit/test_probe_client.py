@@ -192,3 +192,18 @@ def test_cli_a_run_whose_recipe_file_is_gone() -> None:
         code, _, stderr = invoke("gone-run")
     assert code == 2
     assert "/nonexistent/gone-run.yaml" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("mode", ["drip-body", "drip-headers", "silent", "huge", "garbage"])
+def test_an_engine_that_drips_hangs_or_floods_is_down_within_seconds(mode: str) -> None:
+    """The first knock (/health) has a 5 s deadline for the whole exchange and a byte cap:
+    a hostile server cannot keep `deskside probe` waiting."""
+    import time
+
+    from tests.hostile_http import hostile_server
+
+    with hostile_server(mode) as url:
+        t0 = time.monotonic()
+        with pytest.raises(DesksideError, match="does not answer"):
+            client.run_probes(replace(target(), api_url=url, proxy_url=url))
+        assert time.monotonic() - t0 < 7

@@ -12,13 +12,17 @@ from typing import Any
 import httpx
 
 from deskside.errors import DesksideError
+from deskside.httpclient import Limits, async_client, within
+from deskside.httpclient import client as client_for
 from deskside.probe import batch, context, doors, reasoning, tools
 from deskside.probe.result import ProbeResult, clip, failed, skipped
 from deskside.probe.target import ProbeTarget
 
-TIMEOUT = httpx.Timeout(120.0, connect=5.0)
+TIMEOUT = httpx.Timeout(120.0, connect=5.0)  # each exchange in all (httpclient.within)
 LONG_TIMEOUT = httpx.Timeout(900.0, connect=5.0)  # a prefill of max_model_len tokens
 START_TIMEOUT = 60.0  # for the requests beside the batched probe to produce a token
+MAX_BYTES = 8 << 20  # one answer (a completion, a tokenization of max_model_len tokens)
+LIMITS = Limits(total=900.0, max_bytes=MAX_BYTES)
 Answered = tuple[int | None, Any, str]  # status (None: no answer), JSON body or text, error
 
 
@@ -30,12 +34,14 @@ def post(
     timeout: httpx.Timeout = TIMEOUT,
 ) -> Answered:
     try:
-        r = client.post(url, json=body, headers=headers, timeout=timeout)
+        r = client.post(
+            url, json=body, headers=headers, timeout=timeout, extensions=within(timeout.read or 1)
+        )
     except httpx.HTTPError as exc:
         return None, None, f"{type(exc).__name__}: {exc}"
     try:
         return r.status_code, r.json(), ""
-    except ValueError:
+    except (ValueError, RecursionError):
         return r.status_code, r.text, r.text[:200]
 
 
@@ -43,7 +49,7 @@ def require_up(client: httpx.Client, target: ProbeTarget) -> None:
     """DesksideError unless the engine answers /health."""
     url = f"{target.api_url}/health"
     try:
-        ok = client.get(url, timeout=httpx.Timeout(5.0)).status_code == 200
+        ok = client.get(url, timeout=5.0, extensions=within(5.0)).status_code == 200
     except httpx.HTTPError:
         ok = False
     if not ok:
@@ -161,7 +167,10 @@ async def _complete(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -
     r = await client.post(url, json=body)
     if r.status_code != 200:
         raise ValueError(f"HTTP {r.status_code}: {clip(r.text)}")
-    return batch.read_completion(r.json())
+    try:
+        return batch.read_completion(r.json())
+    except RecursionError:
+        raise ValueError("an answer nested too deep to be a completion") from None
 
 
 async def _beside(
@@ -198,8 +207,9 @@ async def _batch(target: ProbeTarget, transport: httpx.AsyncBaseTransport | None
     model = target.model
     probe = batch.completion_body(model, batch.PROMPT, batch.MAX_TOKENS)
     prompts = batch.other_prompts(n)
-    async with httpx.AsyncClient(
-        transport=transport, timeout=TIMEOUT, headers=target.engine_headers
+    limits = Limits(total=TIMEOUT.read or 120.0, max_bytes=MAX_BYTES)
+    async with async_client(
+        limits, transport, timeout=TIMEOUT, headers=target.engine_headers
     ) as client:
         alone = await _complete(client, url, probe)
         started = [asyncio.Event() for _ in prompts]
@@ -271,7 +281,7 @@ def run_probes(
     """Every probe, in order (a DesksideError when the engine does not answer at all)."""
     nonce = time.time_ns() if nonce is None else nonce
     results: list[ProbeResult] = []
-    with httpx.Client(transport=transport, timeout=TIMEOUT) as client:
+    with client_for(LIMITS, transport, timeout=TIMEOUT) as client:
         require_up(client, target)
         say(batch.NAME)
         results.append(probe_batch(target, async_transport))
