@@ -155,3 +155,23 @@ def test_json_stays_json() -> None:
     assert "abcdef" not in text and back["command"].endswith(f"--api-key {REDACTED}")
     assert f'VLLM_API_KEY={REDACTED}\\"' in back["command"] and count == 5
     assert s.scrub_json("not json {") is None
+
+
+def test_a_secret_straddling_the_size_cut_is_scrubbed_whole() -> None:
+    """The bundle cuts a log to its size after scrubbing it: a secret that straddles the
+    cut leaves nothing of itself behind (the collected text carries a margin)."""
+    from deskside.diagnose.bundle import scrubbed
+    from deskside.diagnose.manifest import Member
+    from deskside.diagnose.node import MAX_LOG_BYTES, cap
+
+    secret = "Zq7" * 20  # a known secret of the run, no credential shape
+    tail = "y" * (MAX_LOG_BYTES - 30)
+    log = "x" * 1000 + "key " + secret + "\n" + tail
+    collected = cap(log)  # what the node collector keeps
+    assert secret in collected
+    scrubber = Scrubber()
+    scrubber.add([secret])
+    (member,) = scrubbed([Member(f"node0/{secret}.log", "node0: tail", collected)], scrubber)
+    assert member.text is not None and len(member.text.encode()) <= MAX_LOG_BYTES
+    assert all(secret[i : i + 6] not in member.text for i in range(len(secret) - 6))
+    assert secret not in member.name and member.name.startswith("node0/")

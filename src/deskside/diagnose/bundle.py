@@ -58,7 +58,7 @@ from deskside.diagnose.manifest import (
     manifest_text,
     safe_name,
 )
-from deskside.diagnose.node import NodeCollector
+from deskside.diagnose.node import MAX_LOG_BYTES, NodeCollector, cap
 from deskside.diagnose.scrub import Scrubber, dropped
 from deskside.errors import DesksideError, UsageError
 from deskside.recipe.types import Recipe
@@ -113,9 +113,12 @@ def scrubbed(members: list[Member], scrubber: Scrubber) -> list[Member]:
         if m.text is None:
             out.append(replace(m, error=error, source=source))
             continue
+        name = "/".join(safe_name(scrubber.scrub(part)[0]) for part in m.name.split("/"))
         as_json = scrubber.scrub_json(m.text) if m.name.endswith((".json", ".lock")) else None
         text, count = as_json or scrubber.scrub(m.text)
-        out.append(replace(m, text=text, redactions=count, error=error, source=source))
+        if as_json is None:
+            text = cap(text, MAX_LOG_BYTES)  # cut after scrubbing: see `node.cap`
+        out.append(replace(m, name=name, text=text, redactions=count, error=error, source=source))
     return out
 
 
@@ -193,6 +196,7 @@ def write_bundle(
         scrubber.add(c.secrets)
     collected[:0] = [m for c in nodes for m in c.members] + cluster.members
     members = scrubbed(collected, scrubber)
+    folder = safe_name(scrubber.scrub(folder)[0])
     data = manifest(
         members,
         recipe=run.recipe_name,

@@ -16,6 +16,7 @@ import httpx
 
 from deskside.diagnose.manifest import Member
 from deskside.errors import DesksideError
+from deskside.httpclient import Limits, client
 from deskside.recipe.types import Recipe
 from deskside.records.run import RunRecord
 from deskside.render.lock import LOCK_PATH
@@ -105,8 +106,9 @@ class ClusterCollector:
 
     def _get(self, url: str) -> str:
         try:
-            with httpx.Client(transport=self.http_transport, timeout=HTTP_TIMEOUT) as client:
-                r = client.get(url)
+            limits = Limits(total=HTTP_TIMEOUT, max_bytes=MAX_METRICS_BYTES)
+            with client(limits, self.http_transport) as http:
+                r = http.get(url)
         except httpx.HTTPError as exc:
             raise DesksideError(f"GET {url}: {exc or type(exc).__name__}") from None
         if r.status_code != 200:

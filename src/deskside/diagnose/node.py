@@ -32,6 +32,7 @@ from deskside.diagnose.scrub import secret_values
 from deskside.diagnose.stacks import python_dirs, stacks_command, stacks_timeout
 from deskside.errors import DesksideError
 from deskside.exporter.series import EXPORTER_PORT
+from deskside.httpclient import METRICS, Limits, client
 from deskside.recipe.types import Recipe
 from deskside.records.node import NodeState, read_state
 from deskside.records.run import RunNode, RunRecord
@@ -43,6 +44,7 @@ from deskside.transport.ssh import SshError
 LOG_LINES = 5000  # of the engine's log
 SERVICE_LOG_LINES = 2000  # of each service's log
 MAX_LOG_BYTES = 4 << 20  # of any one log tail
+SCRUB_MARGIN = 64 << 10  # collected beyond MAX_LOG_BYTES, longer than any secret
 COMMAND_TIMEOUT = 60.0
 HTTP_TIMEOUT = 5.0
 
@@ -62,8 +64,10 @@ def _out(t: Transport, r: Result, what: str) -> str:
     return r.stdout
 
 
-def cap(text: str, limit: int = MAX_LOG_BYTES) -> str:
-    """The last `limit` bytes of `text` (a log's end is what tells)."""
+def cap(text: str, limit: int = MAX_LOG_BYTES + SCRUB_MARGIN) -> str:
+    """The last `limit` bytes of `text` (a log's end is what tells). What is collected
+    keeps SCRUB_MARGIN more than the bundle holds: the bundle is scrubbed first and cut to
+    MAX_LOG_BYTES after, so a secret straddling the cut is seen whole."""
     data = text.encode()
     return text if len(data) <= limit else data[-limit:].decode(errors="replace")
 
@@ -175,7 +179,7 @@ class NodeCollector:
 
     def _tail(self, path: str, lines: int) -> str:
         r = self.t.run(
-            ["sh", "-c", TAIL_SH, "sh", str(lines), path, str(MAX_LOG_BYTES)],
+            ["sh", "-c", TAIL_SH, "sh", str(lines), path, str(MAX_LOG_BYTES + SCRUB_MARGIN)],
             timeout=COMMAND_TIMEOUT,
         )
         return _out(self.t, r, f"reading {path}")
@@ -312,8 +316,9 @@ class NodeCollector:
 
         def get() -> str:
             try:
-                with httpx.Client(transport=self.http_transport, timeout=HTTP_TIMEOUT) as client:
-                    r = client.get(url)
+                limits = Limits(total=HTTP_TIMEOUT, max_bytes=METRICS.max_bytes)
+                with client(limits, self.http_transport) as http:
+                    r = http.get(url)
             except httpx.HTTPError as exc:
                 raise NotCollected(f"GET {url}: {exc or type(exc).__name__}") from None
             if r.status_code != 200:
