@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +180,7 @@ def test_a_disk_error_on_arrival_is_reported(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(node_copy, "put", full)
-    monkeypatch.setattr(node_copy, "IDLE_SECONDS", 2.0)
+    monkeypatch.setattr(node_copy, "IDLE_SECONDS", 4.0)
     head_snap = make_entry(tmp_path / "head", {"model.safetensors": os.urandom(100_000)})
     head, _ = manifest_of(head_snap)
     got = _copy(head, head_snap, str(tmp_path / "w" / "hub" / "models--org--tiny-model"))
@@ -262,3 +265,72 @@ def test_the_quick_fact_reads_the_record(tmp_path: Path) -> None:
     assert not absent.present
     with pytest.raises(FactError):
         parse_snapshot("")
+
+
+def _receiver(tmp_path: Path, need: list[dict[str, Any]]) -> tuple[node_copy.Receiver, int]:
+    entry = str(tmp_path / "worker" / "hub" / "models--org--tiny-model")
+    progress = os.path.join(entry, ".deskside", "sync.progress")
+    recv = node_copy.Receiver(
+        {
+            "entry": entry,
+            "revision": REVISION,
+            "token": "t0ken",
+            "listen": "127.0.0.1",
+            "need": need,
+            "files": [],
+            "refs": [],
+            "progress": progress,
+        }
+    )
+    return recv, 0
+
+
+def _run_in_thread(recv: node_copy.Receiver) -> tuple[threading.Thread, dict[str, Any], int]:
+    answer: dict[str, Any] = {}
+    th = threading.Thread(target=lambda: answer.update(recv.run()), daemon=True)
+    th.start()
+    progress = recv.cfg["progress"]
+    deadline = time.monotonic() + 10
+    while not os.path.exists(progress) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    port = int(Path(progress).read_text().split("\n")[0].split("=")[1])
+    return th, answer, port
+
+
+def test_a_peer_without_the_token_cannot_keep_the_receiver_alive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines that trickle in without the token neither authenticate nor reset the idle
+    time; a few hundred such connections neither crash the receiver nor delay its end."""
+    monkeypatch.setattr(node_copy, "IDLE_SECONDS", 4.0)
+    monkeypatch.setattr(node_copy, "AUTH_SECONDS", 1.0)
+    need = [{"blob": "b1", "size": 10, "sha256": "0" * 64, "path": "f"}]
+    recv, _ = _receiver(tmp_path, need)
+    th, answer, port = _run_in_thread(recv)
+    t0 = time.monotonic()
+    idle: list[socket.socket] = []
+    for _ in range(300):  # past the listen backlog some are refused: that is fine
+        with contextlib.suppress(OSError):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+    assert len(idle) >= node_copy.MAX_CONNECTIONS
+    stop = threading.Event()
+
+    def drip() -> None:  # a line without the token, again and again, on new connections
+        while not stop.is_set():
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"x\n")
+            time.sleep(0.2)
+
+    threading.Thread(target=drip, daemon=True).start()
+    th.join(timeout=20)
+    stop.set()
+    for s in idle:
+        s.close()
+    assert not th.is_alive(), "the receiver is still waiting"
+    assert time.monotonic() - t0 < 4.0 + 1.0 + 5.0 + 3.0
+    assert answer["files"] == 0 and answer["missing"] == ["b1"]
+
+
+@pytest.mark.parametrize("name", [".", "..", ".hidden", "a/b", "", "x" * 129])
+def test_blob_names_are_plain_file_names(name: str) -> None:
+    assert not node_copy.BLOB.fullmatch(name)

@@ -53,9 +53,13 @@ from deskside.models.node_files import (
     write_refs,
 )
 
-BLOB = re.compile(r"[A-Za-z0-9._-]{1,128}")
+# a blob's file name in the cache: never "." or "..", never a hidden file
+BLOB = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 PARTIAL = ".{}.deskside-partial"
 IDLE_SECONDS = 120.0
+AUTH_SECONDS = 10.0  # the token line must arrive whole within this, however it trickles
+MAX_CONNECTIONS = 64  # open at once; more are closed at once
+END_SECONDS = 5.0  # for every stream to finish once the receiver is done, all together
 CONNECT_SECONDS = 30.0
 # O_DIRECT: the data goes from the receive buffer to the disk, never through the page cache
 # (0: every write buffered, as on a file system that refuses O_DIRECT)
@@ -200,12 +204,29 @@ class Receiver:
         self.errors: list[str] = []
         self.received = 0
         self.lock = threading.Lock()
-        self.last = time.monotonic()
+        self.last = time.monotonic()  # when an authenticated sender last made progress
+        self.open: set[socket.socket] = set()
 
     def _line(self, rf: Any) -> bytes:
         line: bytes = rf.readline(512)
-        self.last = time.monotonic()
         return line
+
+    def _token(self, conn: socket.socket) -> bool:
+        """Whether the first line is the token, read whole within AUTH_SECONDS (bytes that
+        trickle in do not extend it, nor the receiver's idle time)."""
+        end = time.monotonic() + AUTH_SECONDS
+        got = b""
+        while b"\n" not in got and len(got) <= 512:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            conn.settimeout(left)
+            chunk = conn.recv(1)  # one byte: nothing of the stream after it is taken
+            if not chunk:
+                return False
+            got += chunk
+        conn.settimeout(IDLE_SECONDS)
+        return hmac.compare_digest(got.strip(), self.token)
 
     def _prefix(self, fd: int, size: int, h: Any) -> int:
         """Hash what a partial file already holds; its length is the offset to go on at."""
@@ -275,9 +296,22 @@ class Receiver:
             self.done.add(blob)
 
     def serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rb") as rf:
-            if not hmac.compare_digest(self._line(rf).strip(), self.token):
+        try:
+            self._serve(conn)
+        finally:
+            with self.lock:
+                self.open.discard(conn)
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if not self._token(conn):
+                conn.close()
                 return
+        except OSError:
+            conn.close()
+            return
+        self.last = time.monotonic()
+        with conn, conn.makefile("rb") as rf:
             land = Landing()
             blob = ""
             try:
@@ -285,6 +319,7 @@ class Receiver:
                     line = self._line(rf).split()
                     if len(line) != 2 or line[0] != b"FILE":
                         return
+                    self.last = time.monotonic()
                     blob = line[1].decode(errors="replace")
                     if blob not in self.need or not BLOB.fullmatch(blob):
                         conn.sendall(b"NO\n")
@@ -326,14 +361,26 @@ class Receiver:
                     continue
                 # no SO_RCVBUF/SO_SNDBUF: setting one caps it at net.core.rmem_max/wmem_max
                 # (about 200 KiB by default) and turns the kernel's autotuning off
-                conn.settimeout(IDLE_SECONDS)
+                with self.lock:
+                    full = len(self.open) >= MAX_CONNECTIONS
+                    if not full:
+                        self.open.add(conn)
+                if full:
+                    conn.close()
+                    continue
                 t = threading.Thread(target=self.serve, args=(conn,), daemon=True)
                 t.start()
                 threads.append(t)
         finally:
             server.close()
+        end = time.monotonic() + END_SECONDS
         for t in threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, end - time.monotonic()))
+        with self.lock:
+            lingering = list(self.open)
+        for conn in lingering:  # still open past the end: nothing more is taken from them
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         links = refs = 0
         if len(self.done) == len(self.need):
             links = self.link()
