@@ -82,3 +82,66 @@ def test_written_manifest_loads_and_a_bad_one_is_refused(tmp_path: Path) -> None
     out.write_text(json.dumps({"format": 1, "files": [{"path": "../x", "size": 1}]}))
     with pytest.raises(UsageError, match="entry 0"):
         load_manifest(out)
+
+
+def _bad_manifest(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "m.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "deep":
+        path.write_text("[" * 200_000 + "]" * 200_000)
+    elif kind == "huge":
+        with path.open("wb") as f:
+            f.truncate(3 << 30)  # sparse
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "deep", "huge"])
+def test_a_manifest_that_is_no_file_or_no_manifest_is_refused_at_once(
+    tmp_path: Path, kind: str
+) -> None:
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match="not a manifest"):
+        load_manifest(_bad_manifest(tmp_path, kind))
+    assert time.monotonic() - t0 < 5
+
+
+def test_the_snapshot_record_is_read_and_written_only_as_a_plain_file(tmp_path: Path) -> None:
+    """A FIFO, link or huge file where the record goes is no record (never a hang), and a
+    link put in place of the record's folder is not written through."""
+    from deskside.models.node_files import RECORD_DIR, read_record, record_path, write_record
+
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    path = record_path(str(entry), REVISION)
+    os.makedirs(os.path.dirname(path))
+    os.mkfifo(path)
+    assert read_record(path) == {}
+    os.unlink(path)
+    os.symlink("/dev/zero", path)
+    assert read_record(path) == {}
+    os.unlink(path)
+    os.rmdir(os.path.dirname(path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (entry / RECORD_DIR).symlink_to(elsewhere)
+    key = (1, 2, 3, 4)
+    assert write_record(path, {"a": (key, "0" * 64)}) is False
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_loop_of_links_in_a_model_folder_is_reported_not_a_crash(tmp_path: Path) -> None:
+    from deskside.models.node_files import scan
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "a").symlink_to(folder / "b")
+    (folder / "b").symlink_to(folder / "a")
+    found = scan(str(folder), None)
+    assert [f.path for f in found.files] == ["config.json"]
+    assert {rel for rel, _ in found.dangling} == {"a", "b"}

@@ -17,7 +17,7 @@ import pytest
 
 from deskside.facts.base import FactError, Unread, gather
 from deskside.facts.model_folder import parse_snapshot, snapshot
-from deskside.models import node_copy
+from deskside.models import node_copy, node_disk
 from deskside.models.check import NodeModel, differences, node_model
 from deskside.models.manifest import manifest_of
 from deskside.models.node_files import RECORD_DIR
@@ -152,14 +152,14 @@ def test_writes_land_whole_with_and_without_o_direct(
     """Whole blocks go with O_DIRECT (where the file system takes it), a file's odd end and
     an odd starting offset without; the bytes are the same either way."""
     data = os.urandom(2 * node_copy.CHUNK + 5000)
-    for direct in (node_copy.DIRECT, 0):
-        monkeypatch.setattr(node_copy, "DIRECT", direct)
+    for direct in (node_disk.DIRECT, 0):
+        monkeypatch.setattr(node_disk, "DIRECT", direct)
         for start in (0, 4096, 777):
             path = tmp_path / f"f-{direct}-{start}"
             path.write_bytes(data[:start])
             fd = os.open(path, os.O_RDWR)
-            node_copy._go_direct(fd)
-            land = node_copy.Landing()
+            node_disk.go_direct(fd)
+            land = node_disk.Landing()
             pos = start
             while pos < len(data):
                 buf = land.buffer()
@@ -179,7 +179,7 @@ def test_a_disk_error_on_arrival_is_reported(
     def full(fd: int, view: memoryview, pos: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(node_copy, "put", full)
+    monkeypatch.setattr(node_disk, "put", full)
     monkeypatch.setattr(node_copy, "IDLE_SECONDS", 4.0)
     head_snap = make_entry(tmp_path / "head", {"model.safetensors": os.urandom(100_000)})
     head, _ = manifest_of(head_snap)

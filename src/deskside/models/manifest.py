@@ -18,6 +18,7 @@ from typing import Any
 from deskside.errors import Location, UsageError
 from deskside.models import node_files
 from deskside.safefs import folder_files, write_file
+from deskside.smallfile import read_small_file
 
 FORMAT = node_files.FORMAT
 
@@ -59,6 +60,10 @@ def total_bytes(folder: Path) -> int:
     return sum(f.size for f in node_files.scan(str(folder), parts[0] if parts else None).files)
 
 
+MAX_MANIFEST_BYTES = 256 << 20
+"""A manifest of a million files is about 200 MiB; anything larger is not one."""
+
+
 def manifest_bytes(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=1) + "\n").encode()
 
@@ -72,11 +77,16 @@ def load_manifest(path: Path) -> dict[str, Any]:
     sha256."""
     where = Location(str(path))
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_small_file(path, MAX_MANIFEST_BYTES))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such manifest", location=where) from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a manifest ({exc})", location=where) from None
+    except OSError as exc:
+        raise UsageError(
+            f"{path}: not a manifest ({exc.strerror or exc})", location=where
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        what = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+        raise UsageError(f"{path}: not a manifest ({what})", location=where) from None
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(files, list):
         raise UsageError(

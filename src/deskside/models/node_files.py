@@ -20,6 +20,7 @@ full `verify` hashes everything regardless and rewrites the record.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -50,6 +51,9 @@ class Scan:
     files: list[Found] = field(default_factory=list)
     foreign: list[tuple[str, str]] = field(default_factory=list)  # (path, link target)
     dangling: list[tuple[str, str]] = field(default_factory=list)
+
+
+RECORD_CAP = 64 << 20  # a snapshot record's bytes (a few hundred per file)
 
 
 def stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -100,7 +104,7 @@ def scan(folder: str, entry: str | None) -> Scan:
                 continue
             try:
                 rst = os.stat(real)
-            except FileNotFoundError:
+            except OSError:  # gone, or a loop of links
                 out.dangling.append((rel, target))
                 continue
             if not stat.S_ISREG(rst.st_mode):
@@ -115,7 +119,10 @@ def scan(folder: str, entry: str | None) -> Scan:
 
 def sha256_file(path: str, done: Callable[[int], None] | None = None) -> str:
     h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO or a device meanwhile
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
     try:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
@@ -131,10 +138,18 @@ def sha256_file(path: str, done: Callable[[int], None] | None = None) -> str:
 def read_record(path: str | None) -> dict[str, dict[str, object]]:
     if path is None:
         return {}
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(64 << 20))
-    except (OSError, ValueError):
+    try:  # a regular file, not a link, read whole within its cap, or no record
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            raw = os.read(fd, RECORD_CAP + 1)
+        finally:
+            os.close(fd)
+        if len(raw) > RECORD_CAP:
+            return {}
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
         return {}
     files = data.get("files") if isinstance(data, dict) else None
     return files if isinstance(files, dict) else {}
@@ -148,18 +163,25 @@ def write_record(path: str, hashed: dict[str, tuple[tuple[int, int, int, int], s
         for p, (k, sha) in sorted(hashed.items())
     }
     data = json.dumps({"format": FORMAT, "files": files}, sort_keys=True).encode()
-    folder = os.path.dirname(path)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
+    folder, name = os.path.split(path)
+    tmp = f".{name}.{os.getpid()}.tmp"
+    try:  # into the folder itself, never through a link put in its place
         os.makedirs(folder, mode=0o755, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=dfd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except OSError:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
         return False
+    finally:
+        os.close(dfd)
     return True
 
 

@@ -37,14 +37,22 @@ COPY_TIMEOUT = 24 * 3600.0
 Progress = Callable[[str, int, int], None]  # node, bytes received, bytes to receive
 
 
+NODE_MODULES = ("node_files", "node_disk", "node_copy")
+
+
 def node_program() -> str:
-    """`node_files` then `node_copy` as one `python -c` program (standard library only)."""
+    """`node_files`, `node_disk` and `node_copy` as one `python -c` program (standard
+    library only; their imports of each other go, as they share one namespace)."""
     pkg = resources.files("deskside.models")
-    files = pkg.joinpath("node_files.py").read_text()
-    copy = pkg.joinpath("node_copy.py").read_text()
-    copy = copy.replace("from __future__ import annotations\n", "")
-    copy = re.sub(r"from deskside\.models\.node_files import \([^)]*\)\n", "", copy)
-    return files + "\n" + copy
+    texts = []
+    for i, name in enumerate(NODE_MODULES):
+        text = pkg.joinpath(f"{name}.py").read_text()
+        if i:
+            text = text.replace("from __future__ import annotations\n", "")
+        text = re.sub(r"from deskside\.models\.node_\w+ import \([^)]*\)\n", "", text)
+        text = re.sub(r"from deskside\.models\.node_\w+ import [^\n(]*\n", "", text)
+        texts.append(text)
+    return "\n".join(texts)
 
 
 def pinned(recipe: Recipe) -> tuple[str, str]:
