@@ -40,7 +40,7 @@ class UpOptions:
     contract_timeout: float = 120.0
     http_transport: httpx.BaseTransport | None = None  # tests: an httpx.MockTransport
     skip_missing_services: bool = False  # local runs: an uninstalled service -> a note
-    plan: Plan | None = None  # a plan made beforehand; None: the runtime plans the recipe
+    plan: Plan | None = None  # a run's plan made beforehand; None: the runtime plans
 
 
 @dataclass
