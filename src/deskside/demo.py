@@ -141,8 +141,8 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
         t0 = time.monotonic()
         runtime = LocalRuntime()
         # a service that is not installed here (LiteLLM, Prometheus) is left out with a note
-        options = UpOptions(skip_missing_services=True)
-        report = runtime.up(recipe, path, planned, options, progress=say)
+        options = UpOptions(skip_missing_services=True, plan=planned)
+        report = runtime.up(recipe, path, options, progress=say)
         if not report.ok:
             raise DesksideError(
                 f"the demo cluster did not start ({report.failed_stage}): {report.error}",

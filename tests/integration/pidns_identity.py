@@ -24,14 +24,14 @@ from deskside.facts.procs import RUN_TAG, parse_stat
 from deskside.guard.act import Low, stop_engine
 from deskside.home import resolve_recipe
 from deskside.layout import NodeLayout
+from deskside.operate.status import ClusterStatus
+from deskside.operate.watch import Watch
 from deskside.recipe.types import Recipe
 from deskside.records.node import NodeState, ServiceState, write_state
 from deskside.records.replica_set import ProxyProcess, SetRecord
 from deskside.records.run import RunNode, RunRecord
-from deskside.replicas.start import down_set
-from deskside.runtime import status
-from deskside.runtime.status import ClusterStatus
-from deskside.runtime.watch import Watch
+from deskside.replicas.stop import down_set
+from deskside.runtime import nodes
 from deskside.transport.local import LocalTransport
 
 HERE = LocalTransport()
@@ -157,7 +157,7 @@ def main() -> None:
         for kind, state in (("engine", engine), ("service", service)):
             label = f"{name} ({kind} state)"
             write_state(HERE, layout, state)
-            check("down", label, partial(status.down, run, 1, ts))
+            check("down", label, partial(nodes.down, run, 1, ts))
             write_state(HERE, layout, state)
             low = Low("MemAvailable", 1, 2, 1.0, 1.0)
             check("guard", label, partial(stop_engine, HERE, recipe, layout, head.name, low))
@@ -196,7 +196,7 @@ def main() -> None:
     write_state(
         HERE, layout, node_state(recipe, layout, pid=ours, pid_start=start_ticks(ours), run_tag=tag)
     )
-    leftovers = status.down(run, 1, ts)
+    leftovers = nodes.down(run, 1, ts)
     time.sleep(0.3)
     with_record = {"leftovers": leftovers, "alive": alive(ours)}
     print(json.dumps({"foreign": pid, "results": results, "whole": with_record}))

@@ -252,8 +252,8 @@ def test_status_over_ssh_names_the_stopped_processes_of_a_wedge(setup: Setup) ->
     """`status` samples each node's engine session over SSH (state letters, CPU time, log
     silence): with a request running, no token moving and a stopped process on each node,
     the series of looks says WEDGED and names both nodes."""
+    from deskside.operate.status import status
     from deskside.records.where import looks_file
-    from deskside.runtime.status import status
 
     run = setup.run.model_copy(update={"ready_at": "2026-01-01T00:00:01Z"})
     head = run.nodes[0]

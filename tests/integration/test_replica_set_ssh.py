@@ -18,13 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deskside.operate.set_status import set_status
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.load import load_recipe
 from deskside.records.replica_set import load_set
 from deskside.replicas.plans import plan_set
-from deskside.replicas.start import down_set, up_set
-from deskside.replicas.status import set_status
+from deskside.replicas.start import up_set
+from deskside.replicas.stop import down_set
 from deskside.transport import ssh
 
 from .. import procs

@@ -1,7 +1,8 @@
 """The shape of the code base: no import cycle anywhere in src/deskside, counting every
 import statement (those inside functions too, and a `from deskside.x import y` as an import
 of the package `deskside.x` as well); no module over 500 lines; the pure core (recipe,
-planner, layout, launch, render) imports nothing that touches a host."""
+planner, layout, launch, render) imports nothing that touches a host; the layers above the
+runtime (operate, diagnose, doctor, replica sets) are never imported from below."""
 
 from __future__ import annotations
 
@@ -230,7 +231,13 @@ def test_records_import_only_what_a_store_needs() -> None:
 def test_the_exporter_reads_and_never_acts() -> None:
     """The exporter serves what it reads: it imports nothing that stops engines or starts
     them (the guard, runtimes, deploys, recoveries)."""
-    acting = ("deskside.guard", "deskside.runtime", "deskside.deploy", "deskside.replicas")
+    acting = (
+        "deskside.guard",
+        "deskside.runtime",
+        "deskside.deploy",
+        "deskside.replicas",
+        "deskside.operate",
+    )
     for name, deps in graph().items():
         if name.startswith("deskside.exporter"):
             bad = {d for d in deps if d.startswith(acting)}
@@ -253,3 +260,51 @@ def test_process_identity_is_written_down_once() -> None:
     assert _files_holding(r"DESKSIDE_RUN") == {"deskside/facts/__init__.py"}
     splitters = _files_holding(r'##\*\) |r(partition|find|split|index)\("\)')
     assert splitters == {"deskside/facts/procs.py", "deskside/runtime/node_sh.py"}
+
+
+def importers(g: dict[str, set[str]], package: str) -> set[str]:
+    """The modules outside `package` that import something of it."""
+    return {
+        name
+        for name, deps in g.items()
+        if not name.startswith(package + ".")
+        and name != package
+        and any(d == package or d.startswith(package + ".") for d in deps)
+    }
+
+
+def test_the_runtime_reaches_no_operation_nor_command() -> None:
+    """A Runtime starts, stops and reads clusters; operating them (status, watch, restart),
+    diagnosing, doctoring and replica sets are built on it, never the other way."""
+    above = ("deskside.operate", "deskside.diagnose", "deskside.doctor", "deskside.replicas")
+    g = graph()
+    seen = 0
+    for name, deps in g.items():
+        if name == "deskside.runtime" or name.startswith("deskside.runtime."):
+            seen += 1
+            bad = {d for d in deps if d.startswith(above)}
+            assert not bad, f"{name} imports {sorted(bad)}"
+    assert seen > 5, "the runtime is not where this test looks for it"
+
+
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [
+        # operating clusters: the faces, and a diagnosis (its bundle holds the status)
+        ("deskside.operate", ("deskside.cli", "deskside.diagnose")),
+        # a diagnosis: the faces only (the watcher is handed its bundle by `node watch`)
+        ("deskside.diagnose", ("deskside.cli",)),
+        # doctor: the faces, and a diagnosis (its bundle holds doctor's findings)
+        ("deskside.doctor", ("deskside.cli", "deskside.diagnose")),
+    ],
+)
+def test_nothing_below_the_commands_imports_them(package: str, allowed: tuple[str, ...]) -> None:
+    g = graph()
+    assert any(name.startswith(package + ".") for name in g), f"no {package} package"
+    bad = sorted(name for name in importers(g, package) if not name.startswith(allowed))
+    assert bad == [], f"{package} is imported by {bad}"
+
+
+def test_the_importers_finder_finds_importers() -> None:
+    g = {"a.x": {"b.y"}, "b.y": set(), "b": set(), "c": {"b"}, "b.z": {"b.y"}}
+    assert importers(g, "b") == {"a.x", "c"}

@@ -17,6 +17,7 @@ from deskside.deploy import releases as rel
 from deskside.deploy.runtime import STAGES, deploy
 from deskside.errors import DesksideError
 from deskside.layout import MANIFEST_FILE, NodeLayout
+from deskside.operate.status import status
 from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
 from deskside.recipe.load import load_recipe
@@ -24,8 +25,8 @@ from deskside.recipe.types import Recipe
 from deskside.records.run import load_run
 from deskside.records.where import run_file
 from deskside.runtime import node_sh
+from deskside.runtime.nodes import down, log_tail, open_logs
 from deskside.runtime.pipeline import UpOptions, UpReport
-from deskside.runtime.status import down, log_tail, open_logs, status
 
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from .fake_hosts import BAD_FLAG, GOOD_FACTS, FakeApi, FakeHost, Journal

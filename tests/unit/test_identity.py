@@ -20,12 +20,13 @@ from deskside.facts.procs import PROCESS_IDS, PROCESSES, RUN_TAG, ProcessTable
 from deskside.guard.act import engine_stop, node_control
 from deskside.identity import Claim, Unproven, judge, stop_command, stop_named, targets
 from deskside.layout import NodeLayout
+from deskside.operate import restart
 from deskside.records.node import NodeState, ServiceState, state_bytes
 from deskside.records.read import NODE_READ_SH as STATE_READ_SH
 from deskside.records.replica_set import ProxyProcess, SetRecord
 from deskside.records.run import RunNode, RunRecord
-from deskside.replicas.start import proxy_alive, stop_proxy
-from deskside.runtime import node_sh, restart, status
+from deskside.replicas.stop import proxy_alive, stop_proxy
+from deskside.runtime import node_sh, nodes
 from deskside.runtime.control import Control
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
@@ -221,7 +222,7 @@ def test_down_leaves_it_and_says_why(
             )
         ],
     )
-    leftovers = status.down(run, 1, {"node0": t})
+    leftovers = nodes.down(run, 1, {"node0": t})
     assert len(leftovers) == 1 and "not signalled" in leftovers[0]
     assert not t.stops()
     assert not any(a[:1] == ("rm",) for _, a, _ in t.calls)  # the state file is kept

@@ -10,7 +10,7 @@ import sys
 import time
 
 from deskside.facts.procs import computes
-from deskside.runtime.proc_sample import parse_sample, session_sample
+from deskside.operate.proc_sample import parse_sample, session_sample
 from deskside.survive.history import Look, observations, parse_look, series
 from deskside.survive.observe import EngineSample, ProcessSample
 

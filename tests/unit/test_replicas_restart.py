@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from deskside.operate.restart import _local_spawns
 from deskside.records.run import RunNode, RunRecord
-from deskside.runtime.restart import _local_spawns
 
 from .render_cases import ROOT, load_recipe_with_model
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deskside.operate.set_status import proxy_health, set_verdict
 from deskside.records.replica_set import ProxyProcess, SetRecord
-from deskside.replicas.status import proxy_health, set_verdict
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,12 @@ from deskside.terminal import literal, shown
 from deskside.units import format_gib
 
 if TYPE_CHECKING:
+    from deskside.operate.set_status import SetStatus
+    from deskside.operate.status import ClusterStatus, Status
     from deskside.planner.plan import Plan
+    from deskside.replicas.start import SetReport
     from deskside.runtime.pipeline import UpReport
-    from deskside.runtime.status import ClusterStatus
+    from deskside.runtime.report import Report, Stopped
 
 
 def _params(n: int) -> str:
@@ -106,8 +109,43 @@ def print_transcript(console: Console, report: UpReport) -> None:
         console.print(Text.assemble(("  " + node, "cyan"), " " + op))
 
 
-def print_up(out: Console, err: Console, r: UpReport) -> None:
-    """The stages of an `up` (or a dry run's transcript), then the outcome."""
+def print_up(out: Console, err: Console, r: Report) -> None:
+    """The stages of an `up` (or a dry run's transcript), then the outcome; a replica set's
+    group by group, then the set's."""
+    from deskside.replicas.start import SetReport
+    from deskside.runtime.pipeline import UpReport
+
+    if isinstance(r, SetReport):
+        print_set_up(out, err, r)
+        return
+    assert isinstance(r, UpReport), f"no printing for {type(r).__name__}"
+    print_run_up(out, err, r)
+
+
+def print_set_up(out: Console, err: Console, r: SetReport) -> None:
+    for group, one in r.groups.items():
+        out.print(f"[bold]group {shown(group)}[/]", highlight=False)
+        print_run_up(out, err, one)
+    for note in r.notes:
+        err.print(f"[yellow]note:[/] {shown(note)}", highlight=False)
+    if r.ok and not r.dry_run:
+        out.print(
+            f"[green]READY[/] {shown(r.recipe)}: {len(r.groups)} groups behind "
+            f"{shown(r.proxy_url)} in {r.seconds:.0f} s"
+        )
+        out.print(f"  serving: {shown(', '.join(r.served_names))}")
+    elif not r.ok:
+        err.print(
+            f"[bold red]up failed[/] at {shown(r.failed_stage)}: {shown(r.error)}",
+            highlight=False,
+        )
+        if r.hint:
+            err.print(f"  [dim]hint:[/] {shown(r.hint)}", highlight=False)
+        if r.stopped_groups:
+            err.print(f"  stopped again: groups {shown(', '.join(r.stopped_groups))}")
+
+
+def print_run_up(out: Console, err: Console, r: UpReport) -> None:
     for note in r.notes:
         err.print(f"[yellow]note:[/] {shown(note)}", highlight=False)
     if r.dry_run:
@@ -148,7 +186,43 @@ def print_up(out: Console, err: Console, r: UpReport) -> None:
             err.print(f"  {shown(rb.error)}", highlight=False)
 
 
-def print_status(console: Console, st: ClusterStatus) -> None:
+def print_down(out: Console, err: Console, r: Stopped) -> None:
+    if r.leftovers:
+        for leftover in r.leftovers:
+            err.print("[red]could not stop:[/]", shown(leftover))
+    else:
+        out.print(f"{shown(r.what)}: down")
+
+
+def print_status(console: Console, st: Status) -> None:
+    """A run's status, or a replica set's: the set's verdict, then each group's."""
+    from deskside.operate.set_status import SetStatus
+    from deskside.operate.status import ClusterStatus
+
+    if isinstance(st, SetStatus):
+        print_set_status(console, st)
+        return
+    assert isinstance(st, ClusterStatus), f"no printing for {type(st).__name__}"
+    print_run_status(console, st)
+
+
+def print_set_status(console: Console, st: SetStatus) -> None:
+    colour = {"READY": "green", "DEGRADED": "yellow", "STARTING": "cyan"}.get(st.cluster, "red")
+    console.print(
+        f"[bold {colour}]{shown(st.cluster)}[/] {shown(st.recipe)}: proxy "
+        f"{shown(st.proxy_url)} ({shown(st.proxy)}), {len(st.groups)} groups"
+    )
+    for reason in st.reasons:
+        console.print(f"  {shown(reason)}", highlight=False)
+    for group, one in st.groups.items():
+        console.print(f"[bold]group {shown(group)}[/]", highlight=False)
+        if one is None:
+            console.print("  not running (no run record)")
+        else:
+            print_run_status(console, one)
+
+
+def print_run_status(console: Console, st: ClusterStatus) -> None:
     colour = {"READY": "green", "DEGRADED": "yellow", "STARTING": "cyan"}.get(st.cluster, "red")
     console.print(
         f"[bold {colour}]{shown(st.cluster)}[/] {shown(st.recipe)}: {shown(st.api_url)} "

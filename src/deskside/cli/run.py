@@ -1,5 +1,6 @@
 """`deskside up`, `down`, `status`, `logs` and `demo`: one face for every runtime (this
-machine's processes and namespaces, or SSH hosts); `deskside.runtime.select` picks it."""
+machine's processes and namespaces, SSH hosts, or a replica set of them);
+`deskside.operate.select` picks it."""
 
 from __future__ import annotations
 
@@ -54,19 +55,12 @@ def up(
     LiteLLM proxy, Prometheus); a recipe file that enables one refuses to start without it."""
     from deskside.cli.report import print_up
     from deskside.home import is_embedded, resolve_recipe
-    from deskside.planner.inputs import plan_recipe
+    from deskside.operate.select import runtime_for
     from deskside.records.names import run_lock
     from deskside.runtime.pipeline import UpOptions
-    from deskside.runtime.select import runtime_for
 
     try:
         loaded, path = resolve_recipe(recipe)
-        if loaded.replicas is not None:
-            from deskside.cli.replicas import up_set_command
-
-            up_set_command(loaded, path, timeout, dry_run, known_hosts, as_json)
-            return
-        planned = plan_recipe(loaded, path)
         runtime = runtime_for(loaded, known_hosts)
         options = UpOptions(
             known_hosts=known_hosts,
@@ -75,7 +69,7 @@ def up(
             skip_missing_services=is_embedded(recipe),
         )
         with run_lock(loaded.name), steps("starting") as say:
-            report = runtime.up(loaded, path, planned, options, progress=say)
+            report = runtime.up(loaded, path, options, progress=say)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
@@ -107,17 +101,10 @@ def down(
     """Stop the run: engines head first (SIGTERM, SIGKILL after a grace period, or their
     systemd unit / Compose project), then the proxy; a run on this machine also loses the
     shared memory it left and the network namespaces it created."""
-    from deskside.records.names import (
-        find_run,
-        is_replica_set,
-        only_run_name,
-        resolve,
-        run_lock,
-        running_name,
-    )
-    from deskside.records.replica_set import SetRecord
+    from deskside.cli.report import print_down
+    from deskside.operate.select import runtime_of
+    from deskside.records.names import only_run_name, resolve, run_lock, running_name
     from deskside.records.run import forget as forget_run
-    from deskside.runtime.select import runtime_of
 
     try:
         run = chosen_run(run, old_run)
@@ -136,30 +123,18 @@ def down(
             out.print(f"{shown(name)}: forgot {len(removed)} record(s); nothing was signalled")
         return
     try:
-        from deskside.cli.replicas import down_set_command
-
         name = running_name(run)
-        if is_replica_set(name) and isinstance(found := resolve(name), SetRecord):
-            down_set_command(found, group, as_json)
-            return
-        if group is not None:
-            raise DesksideError(
-                "--group stops one group of a replica set", hint="deskside down SET --group G"
-            )
         with run_lock(name):  # its record is read under the lock
-            record = find_run(name)
-            leftovers = runtime_of(record, known_hosts).down(record)
+            found = resolve(name)
+            stopped = runtime_of(found, known_hosts).down(found, group=group)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
-        emit_json({"recipe": record.recipe_name, "stopped": not leftovers, "leftovers": leftovers})
-    elif leftovers:
-        for leftover in leftovers:
-            err.print("[red]could not stop:[/]", shown(leftover))
+        emit_json(stopped.to_dict())
     else:
-        out.print(f"{shown(record.recipe_name)}: down")
-    if leftovers:
-        raise typer.Exit(1)
+        print_down(out, err, stopped)
+    if not stopped.ok:
+        raise typer.Exit(stopped.exit_code)
 
 
 def status(
@@ -173,26 +148,19 @@ def status(
     the suspected nodes named); KV usage and requests from /metrics; what `deskside watch`
     last did. Exit 1 unless READY."""
     from deskside.cli.report import print_status
+    from deskside.operate.select import status_of
     from deskside.records.names import resolve
-    from deskside.records.replica_set import SetRecord
-    from deskside.runtime.select import runtime_of
 
     try:
-        from deskside.cli.replicas import status_set_command
-
-        found = resolve(chosen_run(run, old_run))
-        if isinstance(found, SetRecord):
-            status_set_command(found, known_hosts, as_json)
-            return
-        st = runtime_of(found, known_hosts).status(found)
+        st = status_of(resolve(chosen_run(run, old_run)), known_hosts)
     except DesksideError as exc:
         fail(exc, as_json)
     if as_json:
         emit_json(st.to_dict())
     else:
         print_status(out, st)
-    if st.cluster != "READY":
-        raise typer.Exit(1)
+    if not st.ok:
+        raise typer.Exit(st.exit_code)
 
 
 def logs(
@@ -207,15 +175,15 @@ def logs(
     as_json: JsonFlag = False,
 ) -> None:
     """Print (and follow) the engine logs of the run's nodes: `deskside logs [RUN] [NODE]`
-    (a lone NODE of the only run also works)."""
-    from deskside.records.names import find_run
-    from deskside.runtime.select import runtime_of
-    from deskside.runtime.status import log_follow, log_tail
+    (a lone NODE of the only run also works; a replica set's are its groups')."""
+    from deskside.operate.select import runtime_of
+    from deskside.records.names import resolve
+    from deskside.runtime.nodes import log_follow, log_tail
 
     try:
         run, node = _run_and_node(chosen_run(run, old_run), node)
-        record = find_run(run)
-        opened = runtime_of(record, known_hosts).logs(record, node)
+        found = resolve(run)
+        opened = runtime_of(found, known_hosts).logs(found, node)
         if as_json:
             emit_json({log.node: log_tail(log, lines).splitlines() for log in opened})
             return

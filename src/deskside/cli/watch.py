@@ -1,13 +1,14 @@
 """`deskside watch`: the wedge watcher and recovery policy of a running cluster
-(deskside.runtime.watch)."""
+(deskside.operate.watch), writing `deskside diagnose`'s bundle before a restart."""
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +16,10 @@ from deskside.cli.common import JsonFlag, OldRunOpt, RunArg, chosen_run, emit_js
 from deskside.cli.run import KnownHosts
 from deskside.errors import DesksideError
 from deskside.terminal import shown
+
+if TYPE_CHECKING:
+    from deskside.records.run import RunRecord
+    from deskside.transport.base import Transport
 
 
 def watch(
@@ -33,8 +38,8 @@ def watch(
     recipe's survive.recover.enabled: write a diagnostic bundle, then restart the engines
     (workers first), within the recovery budget; never in a loop. Runs until the run is
     stopped (`deskside down`) or SIGTERM. A run on this machine starts one by itself."""
+    from deskside.operate.watch import Watch
     from deskside.records.names import find_run
-    from deskside.runtime.watch import Watch
 
     stopping = False
 
@@ -51,7 +56,7 @@ def watch(
             if not as_json:
                 err.print(f"{time.strftime('%H:%M:%S')} {shown(msg)}", highlight=False)
 
-        w = Watch(name, known_hosts, say)
+        w = Watch(name, known_hosts, say, bundle=write_diagnose_bundle)
         while not stopping:
             record = w.once()
             if record is None:
@@ -71,6 +76,15 @@ def watch(
             _sleep(interval if interval is not None else record.interval, lambda: stopping)
     except DesksideError as exc:
         fail(exc, as_json)
+
+
+def write_diagnose_bundle(
+    run: RunRecord, folder: Path, reason: str, transports: Mapping[str, Transport]
+) -> str:
+    """`deskside diagnose`'s bundle, as the recovery writes it before a restart."""
+    from deskside.diagnose.bundle import write_bundle
+
+    return str(write_bundle(run, folder, transports=transports, reason=reason).path)
 
 
 def _gist(decision: str) -> str:

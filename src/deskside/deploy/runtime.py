@@ -20,8 +20,10 @@ from deskside.deploy.deployment import Deployment
 from deskside.deploy.rollback import rollback
 from deskside.engine.launch import Site, launches
 from deskside.layout import NodeLayout
+from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
+from deskside.runtime.nodes import RunCommands
 from deskside.runtime.pipeline import (
     Progress,
     RollbackRecord,
@@ -31,7 +33,6 @@ from deskside.runtime.pipeline import (
     describe,
     run_stages,
 )
-from deskside.runtime.status import RunCommands
 from deskside.runtime.transports import transport_for
 from deskside.transport.base import Transport
 
@@ -152,8 +153,8 @@ class SshRuntime(RunCommands):
         self,
         recipe: Recipe,
         recipe_path: Path,
-        plan: Plan,
         options: UpOptions,
         progress: Progress | None = None,
     ) -> UpReport:
+        plan = options.plan or plan_recipe(recipe, recipe_path)
         return deploy(recipe, recipe_path, plan, options, progress=progress)

@@ -100,7 +100,7 @@ class ClusterCollector:
         return self.run.model_dump_json(indent=2) + "\n"
 
     def _status(self) -> str:
-        from deskside.runtime.status import status
+        from deskside.operate.status import status
 
         return _json(status(self.run, self.transports, self.http_transport).to_dict())
 

@@ -37,7 +37,7 @@ from deskside.recipe.types import Recipe
 from deskside.records.node import NodeState, read_state
 from deskside.records.run import RunNode, RunRecord
 from deskside.runtime.control import Control
-from deskside.runtime.status import control_of, login_control
+from deskside.runtime.nodes import control_of, login_control
 from deskside.transport.base import Result, Transport
 from deskside.transport.ssh import SshError
 

@@ -19,7 +19,7 @@ from deskside.records.read import BadState
 from deskside.records.run import RunRecord, load_run
 from deskside.records.where import local_node_dir, run_file
 from deskside.runtime.control import Control
-from deskside.runtime.status import login_control
+from deskside.runtime.nodes import login_control
 from deskside.runtime.transports import HERE, transport_for
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport

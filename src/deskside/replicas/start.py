@@ -1,16 +1,16 @@
-"""Starting and stopping a replica set: every group brought up as a run of its own, by the
-runtime of its nodes (this machine's namespaces, or its `ssh:` hosts: a deploy), then one
-LiteLLM proxy with the rendered set configuration (`deskside.replicas.render`) where
+"""Starting a replica set: every group brought up as a run of its own, by the runtime of its
+nodes (this machine's namespaces, or its `ssh:` hosts: a deploy), then one LiteLLM proxy
+with the rendered set configuration (`deskside.replicas.render`) where
 `deskside.replicas.place` puts it, started from `run-proxy.sh` and recorded by pid, start
-time and run tag. The groups start at once; when one fails, the others are stopped again;
-`down` stops the proxy, then every group (or one group with `group=`)."""
+time and run tag. The groups start at once; when one fails, the others are stopped again
+(`deskside.replicas.stop`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -21,22 +21,20 @@ from deskside import secrets
 from deskside.deploy.releases import private_dir
 from deskside.errors import DesksideError
 from deskside.facts.procs import RUN_TAG
-from deskside.identity import Claim, Unproven, judge, stop_command
 from deskside.planner.plan import Plan
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
-from deskside.records.replica_set import ProxyProcess, SetRecord, load_set, remove_set, save_set
-from deskside.records.run import load_run
-from deskside.replicas.place import proxy_place, proxy_transport, recorded_transport
+from deskside.records.replica_set import ProxyProcess, SetRecord, load_set, save_set
+from deskside.replicas.place import proxy_place, proxy_transport
 from deskside.replicas.proxy import engines_env_text, set_proxy
 from deskside.replicas.render import proxy_files, proxy_url
+from deskside.replicas.stop import down_set, proxy_alive, set_running
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract, wait_proxy
-from deskside.runtime.control import TableUnread, read_table
 from deskside.runtime.ops import stamp
 from deskside.runtime.pipeline import Progress, UpOptions, UpReport, describe
+from deskside.runtime.select import run_runtime_for
 from deskside.runtime.services import litellm_program
-from deskside.transport.base import Transport
 
 
 @dataclass
@@ -64,30 +62,6 @@ class SetReport:
 
 def _iso(when: datetime) -> str:
     return when.isoformat(timespec="seconds")
-
-
-def _running(name: str, known_hosts: str | None) -> bool:
-    from deskside.runtime.select import runtime_of
-
-    run = load_run(name)
-    if run is None:
-        return False
-    return any(n.state == "running" for n in runtime_of(run, known_hosts).status(run).nodes)
-
-
-def proxy_claim(proxy: ProxyProcess) -> Claim:
-    return Claim("the proxy", proxy.pid, proxy.pid_start, proxy.run_tag)
-
-
-def proxy_alive(proxy: ProxyProcess, t: Transport | None) -> bool:
-    """Whether the proxy deskside started still runs (by pid, start time and run tag; or
-    alive but unproven when its record lacks one of them)."""
-    if t is None:
-        return False
-    try:
-        return judge(read_table(t), proxy_claim(proxy)).alive
-    except TableUnread:
-        return False
 
 
 class SetStart:
@@ -177,17 +151,10 @@ class SetStart:
 
     def _preflight(self) -> None:
         current = load_set(self.recipe.name)
-        hosts = self.options.known_hosts
         if (
             current is not None
             and not self.options.dry_run
-            and (
-                any(_running(current.group_run(g), hosts) for g in current.groups)
-                or (
-                    current.proxy is not None
-                    and proxy_alive(current.proxy, recorded_transport(current))
-                )
-            )
+            and set_running(current, self.options.known_hosts)
         ):
             raise DesksideError(
                 f"{self.recipe.name} is already up",
@@ -201,15 +168,12 @@ class SetStart:
             )
 
     def _group(self, item: tuple[str, Recipe]) -> UpReport:
-        from deskside.runtime.select import runtime_for
-
         group, one = item
         self.say(f"group {group}: starting {one.name}")
-        return runtime_for(one, self.options.known_hosts).up(
+        return run_runtime_for(one, self.options.known_hosts).up(
             one,
             self.recipe_path,
-            self.plans[group],
-            self.options,
+            replace(self.options, plan=self.plans[group]),
             progress=lambda msg: self.say(f"group {group}: {msg}"),
         )
 
@@ -312,46 +276,4 @@ def up_set(
     return start.run()
 
 
-def stop_proxy(record: SetRecord, grace: float) -> str | None:
-    """Stop the set's proxy (the process deskside started, by pid, start time and tag);
-    `why` when it could not be stopped."""
-    p = record.proxy
-    if p is None:
-        return None
-    try:
-        argv = stop_command(proxy_claim(p), grace)
-    except Unproven as exc:
-        return exc.message
-    t = recorded_transport(record)
-    if t is None:
-        return f"proxy (pid {p.pid}): no group's record names its node {record.proxy_node}"
-    r = t.run(argv)
-    return None if r.ok else f"proxy (pid {p.pid}): {r.stderr.strip() or 'still running'}"
-
-
-def down_set(record: SetRecord, grace: float = 20.0, group: str | None = None) -> list[str]:
-    """Stop the proxy and every group (or only `group`, leaving the proxy to route around
-    it); returns `what: why` for each thing that could not be stopped."""
-    if group is not None and group not in record.groups:
-        raise DesksideError(
-            f"{record.recipe_name} has no group {group!r}",
-            hint=f"its groups: {', '.join(record.groups)}",
-        )
-    leftovers: list[str] = []
-    if group is None:
-        why = stop_proxy(record, grace)
-        if why:
-            leftovers.append(why)
-    from deskside.runtime.select import runtime_of
-
-    for g in [group] if group is not None else record.groups:
-        run = load_run(record.group_run(g))
-        if run is not None:
-            runtime = runtime_of(run, record.known_hosts)
-            leftovers += [f"group {g}: {x}" for x in runtime.down(run, grace)]
-    if group is None and not leftovers:
-        remove_set(record.recipe_name)
-    return leftovers
-
-
-__all__ = ["SetReport", "down_set", "proxy_alive", "stop_proxy", "up_set"]
+__all__ = ["SetReport", "SetStart", "up_set"]

@@ -1,17 +1,21 @@
-"""The Runtime interface: how a recipe's cluster is brought up, stopped, watched and read,
-whatever its nodes are (this machine and its network namespaces, or SSH hosts). The CLI
-talks to this interface only; `deskside.runtime.select` picks the implementation."""
+"""The Runtime interface: how a recipe's cluster is brought up, stopped and its logs read,
+whatever it is made of (this machine and its network namespaces, SSH hosts, or a replica
+set of such groups). A runtime plans what it starts (`UpOptions.plan` hands it a plan made
+beforehand). The CLI talks to this interface only; `deskside.runtime.select` picks a run's
+runtime, `deskside.operate.select` any recipe's or record's. How a running cluster is doing
+(its status and verdict) is `deskside.operate`'s."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Protocol
 
-from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
+from deskside.records.replica_set import SetRecord
 from deskside.records.run import RunRecord
-from deskside.runtime.pipeline import Progress, UpOptions, UpReport
-from deskside.runtime.status import ClusterStatus, NodeLog
+from deskside.runtime.nodes import NodeLog
+from deskside.runtime.pipeline import Progress, UpOptions
+from deskside.runtime.report import Report, Stopped
 
 
 class Runtime(Protocol):
@@ -21,18 +25,21 @@ class Runtime(Protocol):
         self,
         recipe: Recipe,
         recipe_path: Path,
-        plan: Plan,
         options: UpOptions,
         progress: Progress | None = None,
-    ) -> UpReport:
-        """Start the cluster (or, with `options.dry_run`, say what would be done)."""
+    ) -> Report:
+        """Plan and start the cluster (or, with `options.dry_run`, say what would be done).
+        Raises DesksideError when the recipe cannot be planned; a failed step is in the
+        report."""
         ...
 
-    def down(self, run: RunRecord, grace: float = 20.0) -> list[str]:
-        """Stop the run; returns `node: why` for each node where something could not be
-        stopped."""
+    def down(
+        self, record: RunRecord | SetRecord, grace: float = 20.0, group: str | None = None
+    ) -> Stopped:
+        """Stop what `record` names (a replica set: only `group`, when given); the report
+        names each thing that could not be stopped."""
         ...
 
-    def status(self, run: RunRecord) -> ClusterStatus: ...
-
-    def logs(self, run: RunRecord, node: str | None = None) -> list[NodeLog]: ...
+    def logs(self, record: RunRecord | SetRecord, node: str | None = None) -> list[NodeLog]:
+        """The engine logs of the nodes (all, or `node`)."""
+        ...

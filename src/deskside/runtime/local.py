@@ -31,6 +31,7 @@ from deskside.engine.services import Service, services
 from deskside.errors import DesksideError, PlanRefused
 from deskside.facts.drift import refusal_text
 from deskside.layout import NodeLayout
+from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
 from deskside.records import where
@@ -39,6 +40,7 @@ from deskside.records.run import LocalNetwork, RunNode, RunRecord, load_run, sav
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import Control, control_kind, watched
+from deskside.runtime.nodes import RunCommands, any_running, down
 from deskside.runtime.ops import Executed, Local, Op, Run, Spawn, stamp
 from deskside.runtime.pipeline import (
     Outcome,
@@ -52,7 +54,6 @@ from deskside.runtime.pipeline import (
 from deskside.runtime.ready import wait_ready
 from deskside.runtime.service_start import wait_services, write_service_files
 from deskside.runtime.services import local_site, missing, with_env_file
-from deskside.runtime.status import RunCommands, down, status
 from deskside.runtime.transports import HERE
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
@@ -175,9 +176,7 @@ class LocalStart:
                 self.report.proxy_url = self.record.proxy_url = None
             self.report.notes.append(f"{name} not started: it is not installed ({hint})")
         current = load_run(recipe.name)
-        if current is not None and any(
-            n.state == "running" for n in status(current, self.transports).nodes
-        ):
+        if current is not None and any_running(current, self.transports):
             raise DesksideError(
                 f"{recipe.name} is already up", hint="deskside status, or deskside down first"
             )
@@ -459,8 +458,8 @@ class LocalRuntime(RunCommands):
         self,
         recipe: Recipe,
         recipe_path: Path,
-        plan: Plan,
         options: UpOptions,
         progress: Progress | None = None,
     ) -> UpReport:
+        plan = options.plan or plan_recipe(recipe, recipe_path)
         return start_here(recipe, recipe_path, plan, options, progress=progress)

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from deskside.errors import DesksideError
+from deskside.planner.plan import Plan
 from deskside.render.lock import HostDiff
 from deskside.runtime.ops import Executed, Op, execute, execute_waves, transcript_lines
 from deskside.transport.base import Transport
@@ -39,6 +40,7 @@ class UpOptions:
     contract_timeout: float = 120.0
     http_transport: httpx.BaseTransport | None = None  # tests: an httpx.MockTransport
     skip_missing_services: bool = False  # local runs: an uninstalled service -> a note
+    plan: Plan | None = None  # a run's plan made beforehand; None: the runtime plans
 
 
 @dataclass

@@ -11,15 +11,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from deskside.errors import DesksideError
+from deskside.operate.restart import restart_engines
+from deskside.operate.status import ClusterStatus, status
+from deskside.operate.verdict import head_of, read_survive, write_survive
 from deskside.recipe.survive import Survive
 from deskside.records.recipes import load_run_recipe
 from deskside.records.run import RunRecord, load_run
 from deskside.records.survive import MAX_RESTARTS_KEPT, RestartRecord, SurviveRecord
 from deskside.records.where import bundles_dir
-from deskside.runtime.restart import restart_engines
-from deskside.runtime.status import ClusterStatus, control_of, login_control, status
-from deskside.runtime.transports import transport_for
-from deskside.runtime.verdict import head_of, read_survive, write_survive
+from deskside.runtime.nodes import control_of, login_control, transports_of
 from deskside.survive.classify import WEDGED
 from deskside.survive.recovery import decide
 from deskside.transport.base import Transport
@@ -29,32 +29,24 @@ Say = Callable[[str], None]
 BundleWriter = Callable[[RunRecord, Path, str, Mapping[str, Transport]], str]
 
 
-def write_diagnose_bundle(
-    run: RunRecord, folder: Path, reason: str, transports: Mapping[str, Transport]
-) -> str:
-    """`deskside diagnose`'s bundle, as the recovery writes it before a restart."""
-    from deskside.diagnose.bundle import write_bundle
-
-    return str(write_bundle(run, folder, transports=transports, reason=reason).path)
-
-
 class Watch:
-    """One watcher of one run (see the module docstring)."""
+    """One watcher of one run (see the module docstring). `bundle` writes the diagnostic
+    bundle before a restart (`deskside node watch` hands it `deskside diagnose`'s); with
+    None the recovery restarts without one."""
 
     def __init__(
         self,
         run_name: str,
         known_hosts: str | None = None,
         say: Say = lambda _m: None,
-        bundle: BundleWriter | None = write_diagnose_bundle,
+        bundle: BundleWriter | None = None,
         transports: Mapping[str, Transport] | None = None,
     ) -> None:
         self.run_name, self.known_hosts, self.say, self.bundle = run_name, known_hosts, say, bundle
         self.given = dict(transports or {})
 
     def _transports(self, run: RunRecord) -> dict[str, Transport]:
-        kh = self.known_hosts or run.known_hosts
-        return {n.name: self.given.get(n.name) or transport_for(n, kh) for n in run.nodes}
+        return transports_of(run, self.known_hosts, self.given)
 
     def once(self) -> SurviveRecord | None:
         """One look, and the action it calls for. None when the run is gone."""

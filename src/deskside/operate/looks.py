@@ -12,12 +12,12 @@ import httpx
 
 from deskside.engine.http import TIMEOUT, parse_metrics
 from deskside.errors import DesksideError
+from deskside.operate.proc_sample import cgroup_sample, parse_sample, session_sample
 from deskside.recipe.survive import Survive
 from deskside.records.looks import append_look_line, look_lines
 from deskside.records.node import NodeState
 from deskside.records.run import RunNode, RunRecord
 from deskside.runtime.control import Control
-from deskside.runtime.proc_sample import cgroup_sample, parse_sample, session_sample
 from deskside.survive.classify import Verdict, classify
 from deskside.survive.history import Look, observations, series
 from deskside.survive.observe import EngineSample, ProcessSample, Thresholds

@@ -1,36 +1,27 @@
-"""`status`, `logs` and `down` of a run, wherever its nodes are: each node's state file and
-engine are read through the node's Transport (this machine, a namespace, an SSH host), the
-API's health and metrics over HTTP. The same code serves every runtime.
-
-The cluster verdict: DOWN when no node runs, DEGRADED when some do (or the API stopped
-answering after it was ready), STARTING before the first readiness, READY otherwise; a READY
-cluster is then judged on the run's series of looks (`deskside.runtime.verdict`): WEDGED
-when requests run and no token comes while every process lives, DEGRADED when idle with a
-rank stopped.
+"""A run's nodes, wherever they are: each node's state file and engine read through the
+node's Transport (this machine, a namespace, an SSH host), the run stopped (`down`) and its
+engine logs opened (`open_logs`). The same code serves every runtime; the cluster's verdict
+over these reads is `deskside.operate.status`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-import httpx
-
-from deskside.engine.http import engine_metrics, health
 from deskside.errors import DesksideError, UsageError
 from deskside.models.served import served_model
 from deskside.records.guard import GuardRecord
 from deskside.records.node import NodeState, read_state, remove_state
 from deskside.records.node_files import read_guard
 from deskside.records.read import BadState
-from deskside.records.recipes import load_run_recipe
+from deskside.records.replica_set import SetRecord
 from deskside.records.run import RunNode, RunRecord, remove_run
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower
+from deskside.runtime.report import Stopped
 from deskside.runtime.transports import transport_for
-from deskside.runtime.verdict import node_controls, with_recovery, with_verdict
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 
@@ -58,58 +49,6 @@ class NodeStatus:
     model: str | None = None  # repo@revision (or the folder) the node's engine loads
 
 
-@dataclass(frozen=True)
-class ClusterStatus:
-    recipe: str
-    cluster: str  # READY | STARTING | DEGRADED | WEDGED | DOWN
-    api_url: str
-    engine: str  # healthy | unreachable
-    nodes: list[NodeStatus]
-    kv_cache_usage: float | None
-    requests_running: float | None
-    requests_waiting: float | None
-    reasons: list[str]
-    release: str | None = None
-    suspects: list[str] = field(default_factory=list)  # nodes a wedge's reasons point at
-    stalled_seconds: float | None = None  # no token this long while requests ran
-    recovery: dict[str, object] | None = None  # what `deskside watch` last saw and did
-
-    def to_dict(self) -> dict[str, object]:
-        return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
-
-
-def cluster_status(
-    run: RunRecord, nodes: list[NodeStatus], reasons: list[str], client: httpx.Client
-) -> ClusterStatus:
-    """The verdict (see the module docstring) from the nodes and the head's API."""
-    url = run.api_url
-    healthy = health(client, url)
-    metrics = engine_metrics(client, url) if healthy else None
-    running = [n for n in nodes if n.state == "running"]
-    if not running:
-        cluster = "DOWN"
-    elif len(running) < len(nodes):
-        cluster = "DEGRADED"
-    elif healthy:
-        cluster = "READY" if run.ready_at else "STARTING"
-    else:
-        cluster = "DEGRADED" if run.ready_at else "STARTING"
-        if run.ready_at:
-            reasons.append(f"engine API {url} does not answer /health")
-    return ClusterStatus(
-        recipe=run.recipe_name,
-        cluster=cluster,
-        api_url=url,
-        engine="healthy" if healthy else "unreachable",
-        nodes=nodes,
-        kv_cache_usage=metrics.kv_cache_usage if metrics else None,
-        requests_running=metrics.requests_running if metrics else None,
-        requests_waiting=metrics.requests_waiting if metrics else None,
-        reasons=reasons,
-        release=run.release,
-    )
-
-
 def control_of(run: RunRecord, node: RunNode) -> Control:
     return Control(
         kind=run.control,
@@ -133,6 +72,17 @@ def _transport(
     if transports is not None and node.name in transports:
         return transports[node.name]
     return transport_for(node, run.known_hosts)
+
+
+def transports_of(
+    run: RunRecord,
+    known_hosts: str | None = None,
+    given: Mapping[str, Transport] | None = None,
+) -> dict[str, Transport]:
+    """Each node's Transport: the one `given` for it (tests), else its own (SSH with
+    `known_hosts`, by default the run's)."""
+    kh = known_hosts or run.known_hosts
+    return {n.name: (given or {}).get(n.name) or transport_for(n, kh) for n in run.nodes}
 
 
 def guard_stop(t: Transport, recipe_dir: str, state: NodeState) -> GuardRecord | None:
@@ -193,36 +143,22 @@ def service_reasons(nodes: list[NodeStatus]) -> list[str]:
     ]
 
 
-def status(
-    run: RunRecord,
-    transports: Mapping[str, Transport] | None = None,
-    http_transport: httpx.BaseTransport | None = None,
-    recovery: bool = True,
-) -> ClusterStatus:
-    """The run's status; `recovery`: with what `deskside watch` last did (its record)."""
-    nodes = [
+def node_statuses(run: RunRecord, transports: Mapping[str, Transport]) -> list[NodeStatus]:
+    """Every node's `node_status`, with the model its engine loads."""
+    return [
         replace(
             node_status(run, n, t := _transport(run, n, transports)),
             model=served_model(t, n.recipe_dir, None if run.release else run.recipe),
         )
         for n in run.nodes
     ]
-    reasons = [n.reason for n in nodes if n.reason] + service_reasons(nodes)
-    with httpx.Client(transport=http_transport, timeout=10) as client:
-        base = cluster_status(run, nodes, reasons, client)
-        ts = {n.name: _transport(run, n, transports) for n in run.nodes}
-        if base.cluster == "READY":
-            controls = {n.name: login_control(ts[n.name], control_of(run, n)) for n in run.nodes}
-            recipe = load_run_recipe(run)
-            survive = recipe.survive if recipe is not None else None
-            looked = node_controls(run, ts, controls)
-            base = replace(
-                base, **with_verdict(base.cluster, base.reasons, run, client, looked, survive)
-            )
-        if not recovery:
-            return base
-        head = next(n for n in run.nodes if n.role == "head")
-        return replace(base, **with_recovery(base.cluster, base.reasons, run, ts[head.name]))
+
+
+def any_running(run: RunRecord, transports: Mapping[str, Transport]) -> bool:
+    """Whether an engine of the run still runs on one of its nodes."""
+    return any(
+        node_status(run, n, _transport(run, n, transports)).state == "running" for n in run.nodes
+    )
 
 
 def down(
@@ -299,22 +235,33 @@ def log_follow(log: NodeLog) -> str:
     return chunk.decode(errors="replace")
 
 
+def one_run(record: RunRecord | SetRecord, group: str | None) -> RunRecord:
+    """The run a run's runtime stops or reads; a replica set, or one of its groups, is the
+    set's runtime's."""
+    if isinstance(record, SetRecord):
+        raise DesksideError(
+            f"{record.recipe_name} is a replica set: its groups are stopped by the set's runtime"
+        )
+    if group is not None:
+        raise DesksideError(
+            "--group stops one group of a replica set", hint="deskside down SET --group G"
+        )
+    return record
+
+
 class RunCommands:
-    """`down`, `status` and `logs` of a run: the same for every runtime (they read the run
-    record and reach each node through its Transport)."""
+    """`down` and `logs` of a run: the same for every runtime (they read the run record and
+    reach each node through its Transport)."""
 
     def __init__(self, known_hosts: str | None = None) -> None:
         self.known_hosts = known_hosts
 
-    def _transports(self, run: RunRecord) -> dict[str, Transport]:
-        kh = self.known_hosts or run.known_hosts
-        return {n.name: transport_for(n, kh) for n in run.nodes}
+    def down(
+        self, record: RunRecord | SetRecord, grace: float = 20.0, group: str | None = None
+    ) -> Stopped:
+        run = one_run(record, group)
+        return Stopped(run.recipe_name, down(run, grace, transports_of(run, self.known_hosts)))
 
-    def down(self, run: RunRecord, grace: float = 20.0) -> list[str]:
-        return down(run, grace, self._transports(run))
-
-    def status(self, run: RunRecord) -> ClusterStatus:
-        return status(run, self._transports(run))
-
-    def logs(self, run: RunRecord, node: str | None = None) -> list[NodeLog]:
-        return open_logs(run, node, self._transports(run))
+    def logs(self, record: RunRecord | SetRecord, node: str | None = None) -> list[NodeLog]:
+        run = one_run(record, None)
+        return open_logs(run, node, transports_of(run, self.known_hosts))

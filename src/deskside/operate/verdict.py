@@ -1,5 +1,5 @@
 """The wedge verdict in `deskside status`: node states decide DOWN and DEGRADED as
-before; for a cluster they call READY, the series of looks (`deskside.runtime.looks`) can
+before; for a cluster they call READY, the series of looks (`deskside.operate.looks`) can
 say WEDGED (no token while requests run) or DEGRADED (idle with a rank stopped)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from deskside.errors import DesksideError
+from deskside.operate.looks import judge
 from deskside.records.node import NodeState, read_state
 from deskside.records.node_files import read_survive as read_survive_file
 from deskside.records.node_files import write_survive as write_survive_file
@@ -18,7 +19,6 @@ from deskside.records.read import BadState
 from deskside.records.run import RunNode, RunRecord
 from deskside.records.survive import SurviveRecord
 from deskside.runtime.control import Control
-from deskside.runtime.looks import judge
 from deskside.survive.classify import DEGRADED, WEDGED
 from deskside.transport.base import Transport
 

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from deskside.operate.status import ClusterStatus, run_status
 from deskside.records.replica_set import SetRecord
 from deskside.records.run import load_run
-from deskside.runtime.status import ClusterStatus
+from deskside.replicas.place import recorded_transport
+from deskside.replicas.stop import proxy_alive
 
 ORDER = ("WEDGED", "STARTING", "DEGRADED", "DOWN")
 
@@ -30,6 +32,14 @@ class SetStatus:
     proxy: str  # healthy | unreachable | stopped
     groups: dict[str, ClusterStatus | None] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.cluster == "READY"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
 
     def to_dict(self) -> dict[str, object]:
         return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
@@ -70,15 +80,11 @@ def proxy_health(record: SetRecord, alive: bool, client: httpx.Client) -> str:
 
 def set_status(record: SetRecord, known_hosts: str | None = None) -> SetStatus:
     """Read every group's status and the proxy's (see the module docstring)."""
-    from deskside.replicas.place import recorded_transport
-    from deskside.replicas.start import proxy_alive
-    from deskside.runtime.select import runtime_of
-
     groups: dict[str, ClusterStatus | None] = {}
     for g in record.groups:
         run = load_run(record.group_run(g))
         hosts = known_hosts or record.known_hosts
-        groups[g] = runtime_of(run, hosts).status(run) if run is not None else None
+        groups[g] = run_status(run, hosts) if run is not None else None
     alive = record.proxy is not None and proxy_alive(record.proxy, recorded_transport(record))
     with httpx.Client(timeout=5) as client:
         proxy = proxy_health(record, alive, client)
