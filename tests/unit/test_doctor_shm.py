@@ -1,6 +1,7 @@
-"""The doctor's shared-memory scan, run for real on a folder standing in for /dev/shm: an
-orphaned NCCL segment, a decoy of the same kind held open by a live process, one mapped
-by a live process, a file of an unknown program, and a name that is not plain."""
+"""The doctor's shared-memory findings from a real scan of a folder standing in for
+/dev/shm: an orphaned NCCL segment, a decoy of the same kind held open by a live process,
+one mapped by a live process, a file of an unknown program, an orphan whose name holds a
+space, and a hard-linked file (never judged)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deskside.doctor.shm import Segment, orphans, parse_scan, scan_command
+from deskside.doctor.shm import orphans, segments_of, shm_findings
+from deskside.facts.base import gather
+from deskside.facts.shm import ShmScan
+from deskside.facts.shm import shm as shm_fact
+from deskside.transport.local import LocalTransport
 
 HOLD = """
 import mmap, sys, time
@@ -33,6 +38,8 @@ def test_scan_reports_orphans_and_spares_what_is_in_use(tmp_path: Path) -> None:
     _write(shm / "psm_mapped", 8 * 1024)
     _write(shm / "someone-elses", 4 * 1024)
     _write(shm / "nccl-with space", 4 * 1024)
+    _write(shm / "nccl-twice", 4 * 1024)
+    (tmp_path / "nccl-elsewhere").hardlink_to(shm / "nccl-twice")
     holders = []
     try:
         for name, how in (("nccl-held", "open"), ("psm_mapped", "map")):
@@ -43,21 +50,23 @@ def test_scan_reports_orphans_and_spares_what_is_in_use(tmp_path: Path) -> None:
             )
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
             holders.append(p)
-        out = subprocess.run(scan_command(str(shm)), capture_output=True, text=True, check=True)
-        segments, skipped = parse_scan(out.stdout)
+        fact = shm_fact(str(shm))
+        scan = gather(LocalTransport(), fact).result(fact)
+        assert isinstance(scan, ShmScan)
+        segments, skipped = segments_of(scan)
     finally:
         for p in holders:
             p.kill()
             p.wait()
     by_name = {s.name: s for s in segments}
-    assert skipped == 1  # the name with a space is never judged
-    assert by_name["nccl-orphan"] == Segment("nccl-orphan", 64 * 1024, in_use=False)
+    assert skipped == 1  # the hard-linked file is never judged
+    assert "nccl-twice" not in by_name
+    assert by_name["nccl-orphan"].bytes == 64 * 1024 and not by_name["nccl-orphan"].in_use
     assert by_name["nccl-held"].in_use and by_name["psm_mapped"].in_use
     assert by_name["someone-elses"].kind is None
-    assert [s.name for s in orphans(segments)] == ["nccl-orphan"]
+    assert sorted(s.name for s in orphans(segments)) == ["nccl-orphan", "nccl-with space"]
     assert by_name["nccl-orphan"].kind == "NCCL"
-
-
-def test_parse_is_strict_about_its_own_lines() -> None:
-    segments, skipped = parse_scan("seg 4096 0 torch_1\nskipped 2\nnoise\n")
-    assert segments == [Segment("torch_1", 4096, in_use=False)] and skipped == 2
+    findings = shm_findings(segments, skipped, "node0", str(shm))
+    fixes = {f.detail["path"]: f for f in findings if f.kind == "shm-orphan"}
+    assert set(fixes) == {f"{shm}/nccl-orphan", f"{shm}/nccl-with space"}
+    assert all(f.fixable and f.action for f in fixes.values())

@@ -30,6 +30,7 @@ from deskside.facts.base import Fact, Gathered, Unread, command_fact, gather
 from deskside.facts.disk import DiskSpace, disk_space, held_bytes
 from deskside.facts.model_folder import hf_cache_entry
 from deskside.facts.network import listening, port_holders
+from deskside.facts.shm import shm as shm_scan
 from deskside.identity import stop_named
 from deskside.layout import NodeLayout, local_model_folder
 from deskside.localnet import existing_namespaces
@@ -168,7 +169,7 @@ class Doctor:
     def _host(self, host: Host, own: OwnRuns, plan: Plan | None, report: DoctorReport) -> None:
         t, label = host.transport, host.label
         found: list[Finding] = []
-        shm_fact = command_fact("shm_scan", shm.scan_command(self.shm_dir), shm.parse_scan)
+        shm_fact = shm_scan(self.shm_dir)
         stacks_fact = command_fact("stack_scan", stacks.scan_command(), stacks.parse_scan)
         got = gather(t, *procs.SCAN_FACTS, shm_fact, stacks_fact, timeout=READ_TIMEOUT)
         scan: procs.ProcScan | None = None
@@ -195,7 +196,7 @@ class Doctor:
             found += procs.engine_findings(scan, label, frozenset(live))
         segments = got.result(shm_fact)
         if not isinstance(segments, Unread):
-            found += shm.shm_findings(*segments, label, self.shm_dir)
+            found += shm.shm_findings(*shm.segments_of(segments), label, self.shm_dir)
         stack = got.result(stacks_fact)
         if not isinstance(stack, Unread):
             covered = {e.owner.name for e in engines if e.owner.kind == "container"}

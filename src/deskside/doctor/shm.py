@@ -7,9 +7,11 @@ multiprocessing semaphores (`sem.mp-*`) outlive an engine killed with SIGKILL. O
 kinds that no process maps or holds open is an orphan: nothing can reach it again, and
 removing it returns its bytes. Anything else is reported, never removed.
 
-The scan runs on the node (`scan_command`, POSIX sh and coreutils); parsing and judging are
-pure. Only plain names (letters, digits, `._-`) are judged; others are skipped and counted,
-since a name with spaces or line breaks cannot be matched safely against /proc.
+The scan is the node's shared-memory fact (`deskside.facts.shm`): every entry by device and
+inode, and the (device, inode) of everything a live process holds open or maps, so a
+segment held through a bind mount or under a name with spaces is seen as held. Judging is
+pure. Only regular files with one link are judged; links, folders and hard-linked files are
+counted and left alone.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deskside.doctor.findings import Finding
+from deskside.facts.shm import SHM_DIR, ShmEntry, ShmScan, remove_argv
 from deskside.units import format_bytes
 
 KINDS: tuple[tuple[str, str], ...] = (
@@ -27,34 +30,13 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("sem.mp-", "Python multiprocessing semaphore"),
 )
 
-SCAN_SH = r"""
-dir=$1
-inuse=$( { ls -l /proc/[0-9]*/fd 2>/dev/null; cat /proc/[0-9]*/maps 2>/dev/null; } \
-  | sed -n "s|.*\($dir/[^ ]*\).*|\1|p" | sort -u)
-skipped=0
-for f in "$dir"/* "$dir"/.[!.]*; do
-  [ -f "$f" ] || continue
-  name=${f##*/}
-  # only plain names: the in-use check matches whole words (every kind doctor knows is one)
-  case $name in *[!A-Za-z0-9._-]*) skipped=$((skipped + 1)); continue ;; esac
-  used=0
-  case "
-$inuse
-" in *"
-$dir/$name
-"*) used=1 ;; esac
-  set -- $(stat -c '%b %B' -- "$f")
-  printf 'seg %s %s %s\n' "$(( $1 * $2 ))" "$used" "$name"
-done
-echo "skipped $skipped"
-"""
-
 
 @dataclass(frozen=True)
 class Segment:
     name: str
     bytes: int  # allocated (what removing it returns)
-    in_use: bool  # a live process maps it or holds it open
+    in_use: bool  # a live process maps it or holds it open (by device and inode)
+    entry: ShmEntry | None = None  # what the scan saw: the removal checks it again
 
     @property
     def kind(self) -> str | None:
@@ -66,44 +48,23 @@ class Segment:
         return self.kind is not None and not self.in_use
 
 
-def scan_command(directory: str = "/dev/shm") -> list[str]:
-    return ["sh", "-c", SCAN_SH, "sh", directory]
-
-
-def parse_scan(text: str) -> tuple[list[Segment], int]:
-    """The segments and how many names were skipped (not plain)."""
-    segments: list[Segment] = []
-    skipped = 0
-    for line in text.splitlines():
-        if line.startswith("seg "):
-            _, size, used, name = line.split(" ", 3)
-            segments.append(Segment(name=name, bytes=int(size), in_use=used == "1"))
-        elif line.startswith("skipped "):
-            skipped = int(line.split()[1])
-    return segments, skipped
+def segments_of(scan: ShmScan) -> tuple[list[Segment], int]:
+    """The plain segments (regular files with one name) and how many entries are not plain
+    (links, folders, hard-linked files: never judged, never removed)."""
+    plain = [e for e in scan.entries if e.plain]
+    segments = [Segment(e.name, e.bytes, scan.held(e), e) for e in plain]
+    return segments, len(scan.entries) - len(plain)
 
 
 def orphans(segments: list[Segment]) -> list[Segment]:
     return [s for s in segments if s.orphan]
 
 
-# Remove one segment, checked again right before: still a regular file (not a link), and
-# still opened or mapped by no process. Exit 3: left alone (in use again, or gone).
-REMOVE_SH = r"""
-dir=$1; name=$2
-case $name in ''|*[!A-Za-z0-9._-]*) echo "refusing name '$name'" >&2; exit 2 ;; esac
-f=$dir/$name
-if [ -L "$f" ] || [ ! -f "$f" ]; then echo "$f is gone or not a file" >&2; exit 3; fi
-if { ls -l /proc/[0-9]*/fd 2>/dev/null; cat /proc/[0-9]*/maps 2>/dev/null; } \
-  | sed -n "s|.*\($dir/[^ ]*\).*|\1|p" | grep -qxF -- "$f"; then
-  echo "$f is in use now: left alone" >&2; exit 3
-fi
-rm -f -- "$f"
-"""
-
-
-def remove_command(name: str, directory: str = "/dev/shm") -> list[str]:
-    return ["sh", "-c", REMOVE_SH, "sh", directory, name]
+def remove_command(segment: Segment, directory: str = SHM_DIR) -> list[str]:
+    """Remove one segment, checked again on the node right before: still the same device
+    and inode with one link, held by no process (else left alone, and said so)."""
+    assert segment.entry is not None
+    return remove_argv([segment.entry], directory)
 
 
 def shm_findings(
@@ -120,7 +81,7 @@ def shm_findings(
             reclaimable_bytes=s.bytes,
             fixable=True,
             fix=f"rm {directory}/{s.name}",
-            action=tuple(remove_command(s.name, directory)),
+            action=tuple(remove_command(s, directory)),
             detail={"path": f"{directory}/{s.name}"},
         )
         for s in orphans(segments)
@@ -141,7 +102,8 @@ def shm_findings(
             Finding(
                 "shm-skipped",
                 node,
-                f"{skipped} file(s) in {directory} with names doctor does not judge",
+                f"{skipped} entrie(s) in {directory} that are links, folders or hard-linked "
+                "files: never judged, never removed",
                 severity="info",
             )
         )

@@ -82,6 +82,10 @@ class RunRecord(BaseModel):
     nodes: list[RunNode]
     network: LocalNetwork | None = None
     shm_before: list[str] | None = None  # local runs: /dev/shm names before the start
+    # local runs: /dev/shm segments before the start, as "device:inode"
+    shm_inodes: list[Annotated[str, Field(pattern=r"^[0-9]{1,20}:[0-9]{1,20}$")]] | None = Field(
+        default=None, max_length=100_000
+    )
     replica_set: str | None = None  # a group of this replica set (its proxy fronts it)
     engine_keyed: bool | None = None  # the head's engine requires its key; None: older record
 

@@ -29,7 +29,10 @@ from deskside.deploy.drift import must_match, up_refusal
 from deskside.engine.launch import NodeLaunch, Site, launches
 from deskside.engine.services import Service, services
 from deskside.errors import DesksideError, PlanRefused
+from deskside.facts.base import gather
 from deskside.facts.drift import refusal_text
+from deskside.facts.shm import ShmScan
+from deskside.facts.shm import shm as shm_fact
 from deskside.layout import NodeLayout
 from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
@@ -195,8 +198,12 @@ class LocalStart:
             )
             if stale:
                 raise localnet.stale_link_error(stale)
-        shm = self.transports[HERE].run(node_sh.shm_list())
-        self.record.shm_before = shm.stdout.split() if shm.ok else []
+        before = gather(self.transports[HERE], shm_fact()).result(shm_fact())
+        if isinstance(before, ShmScan):
+            self.record.shm_before = [e.name for e in before.entries]
+            self.record.shm_inodes = [f"{e.dev}:{e.ino}" for e in before.entries]
+        else:
+            self.record.shm_before = self.record.shm_inodes = []
         # namespaces share this machine's files: read those nodes in the root namespace
         here = {n.name: self.transports[HERE if n.netns else n.name] for n in recipe.cluster.nodes}
         found = must_match(recipe, self.recipe_path, here, site=self.site)

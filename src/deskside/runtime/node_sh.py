@@ -230,35 +230,3 @@ def parse_proc_start(stdout: str) -> int | None:
 
 def tail_file(path: str, lines: int) -> list[str]:
     return ["tail", "-n", str(lines), "--", path]
-
-
-# Shared memory segments of vLLM, torch and Python multiprocessing: removed when new since
-# the run started ("$@": the names present then) and open or mapped by no live process
-# (another run's segments stay).
-SHM_PREFIXES = ("psm_", "vllm", "torch_", "sem.mp-")
-SHM_CLEAN_SH = r"""
-inuse=$( { ls -l /proc/[0-9]*/fd 2>/dev/null; cat /proc/[0-9]*/maps 2>/dev/null; } \
-  | grep -o '/dev/shm/[^ ]*' | sort -u)
-for f in /dev/shm/*; do
-  [ -e "$f" ] || continue
-  name=${f##*/}
-  case $name in psm_*|vllm*|torch_*|sem.mp-*) ;; *) continue ;; esac
-  old=0
-  for b in "$@"; do [ "$b" = "$name" ] && old=1 && break; done
-  [ "$old" = 0 ] || continue
-  case "
-$inuse
-" in *"
-/dev/shm/$name
-"*) continue ;; esac
-  rm -f -- "$f" && echo "$name"
-done
-"""
-
-
-def shm_list() -> list[str]:
-    return ["ls", "-1", "--", "/dev/shm"]
-
-
-def shm_clean(before: list[str]) -> list[str]:
-    return ["sh", "-c", SHM_CLEAN_SH, "sh", *before]

@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from deskside.errors import DesksideError, UsageError
+from deskside.facts.base import gather
+from deskside.facts.shm import ENGINE_PREFIXES, SHM_DIR, ShmEntry, ShmScan, remove_argv
+from deskside.facts.shm import shm as shm_fact
 from deskside.models.served import served_model
 from deskside.records.guard import GuardRecord
 from deskside.records.node import NodeState, read_state, remove_state
@@ -17,7 +20,6 @@ from deskside.records.node_files import read_guard
 from deskside.records.read import BadState
 from deskside.records.replica_set import SetRecord
 from deskside.records.run import RunNode, RunRecord, remove_run
-from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.ready import FAILURE_EVENTS, LogFollower
 from deskside.runtime.report import Stopped
@@ -187,7 +189,7 @@ def down(
             leftovers.append(f"{node.name}: " + "; ".join(problems))
     here = LocalTransport()
     if run.shm_before is not None:
-        here.run(node_sh.shm_clean(run.shm_before), timeout=60)
+        clean_shm(here, run)
     if run.network is not None and run.network.created:
         for ns in run.network.created:
             here.run(["ip", "netns", "del", ns])
@@ -265,3 +267,31 @@ class RunCommands:
     def logs(self, record: RunRecord | SetRecord, node: str | None = None) -> list[NodeLog]:
         run = one_run(record, None)
         return open_logs(run, node, transports_of(run, self.known_hosts))
+
+
+def clean_shm(here: Transport, run: RunRecord, directory: str = SHM_DIR) -> list[str]:
+    """Remove the shared memory of vLLM, torch and Python multiprocessing this run left on
+    this machine: segments that were not there when it started (by device and inode; by
+    name for a record of an older deskside), with one link, held by no live process
+    (`deskside.facts.shm`). Returns the names removed."""
+    fact = shm_fact(directory)
+    scan = gather(here, fact).result(fact)
+    if not isinstance(scan, ShmScan):
+        return []
+    old_keys = set(run.shm_inodes or [])
+    old_names = set(run.shm_before or [])
+
+    def new(e: ShmEntry) -> bool:
+        if run.shm_inodes is not None:
+            return f"{e.dev}:{e.ino}" not in old_keys
+        return e.name not in old_names
+
+    gone = [
+        e
+        for e in scan.entries
+        if e.name.startswith(ENGINE_PREFIXES) and e.plain and new(e) and not scan.held(e)
+    ]
+    if not gone:
+        return []
+    r = here.run(remove_argv(gone, directory), timeout=60)
+    return [name for name in r.stdout.split("\0") if name]
