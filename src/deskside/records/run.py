@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deskside.layout import STATE_FILE, NodeLayout
 from deskside.localnet import bridge_name
@@ -79,7 +79,7 @@ class RunRecord(BaseModel):
     release: str | None = None
     started_at: str
     ready_at: str | None = None
-    nodes: list[RunNode]
+    nodes: list[RunNode] = Field(min_length=1, max_length=256)
     network: LocalNetwork | None = None
     shm_before: list[str] | None = None  # local runs: /dev/shm names before the start
     # local runs: /dev/shm segments before the start, as "device:inode"
@@ -88,6 +88,15 @@ class RunRecord(BaseModel):
     )
     replica_set: str | None = None  # a group of this replica set (its proxy fronts it)
     engine_keyed: bool | None = None  # the head's engine requires its key; None: older record
+
+    @model_validator(mode="after")
+    def _one_head(self) -> RunRecord:
+        heads = [n.name for n in self.nodes if n.role == "head"]
+        if len(heads) != 1:
+            raise ValueError(f"a run has one head node, not {len(heads)}")
+        if len({n.name for n in self.nodes}) != len(self.nodes):
+            raise ValueError("two nodes share a name")
+        return self
 
     def layout(self, node: RunNode) -> NodeLayout:
         return NodeLayout.at(node.recipe_dir, self.recipe_name)
