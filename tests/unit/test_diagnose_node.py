@@ -138,3 +138,31 @@ def test_a_gone_or_reused_engine_is_recorded(answer: str, why: str) -> None:
     assert why in got["processes.txt"] and got["engine.log"] == "last words\n"
     assert got["stacks.txt"] == "no engine process to read"
     assert not any(a[:3] == ("sh", "-c", procs.TREE_SH) for a in _ran(t))
+
+
+def test_the_log_tail_reads_only_deskside_s_own_files(tmp_path: object) -> None:
+    """A link planted where a log goes, a linked logs folder, or a path out of the node's
+    folder is not read into the bundle (the script refuses it, exit 3)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(str(tmp_path)) / "node"
+    (root / "logs").mkdir(parents=True)
+    secret = Path(str(tmp_path)) / "secret.txt"
+    secret.write_text("not deskside's\n")
+    (root / "logs" / "engine.log").write_text("a\nb\n")
+    (root / "logs" / "planted.log").symlink_to(secret)
+    elsewhere = Path(str(tmp_path)) / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.log").write_text("x\n")
+    (root / "linked").symlink_to(elsewhere)
+
+    def tail(path: Path) -> subprocess.CompletedProcess[str]:
+        argv = ["sh", "-c", diag_node.TAIL_SH, "sh", "10", str(path), "1000", str(root)]
+        return subprocess.run(argv, capture_output=True, text=True)
+
+    assert tail(root / "logs" / "engine.log").stdout == "a\nb\n"
+    for bad in (root / "logs" / "planted.log", root / "linked" / "x.log", secret):
+        done = tail(bad)
+        assert done.returncode == 3 and "not read" in done.stderr, bad
+        assert "deskside's" not in done.stdout

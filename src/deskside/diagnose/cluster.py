@@ -153,9 +153,17 @@ def _recipe(path: Path) -> str:
     if not path.exists() and path.suffix == ".yaml" and path.stem in embedded:
         return embedded[path.stem]  # an embedded recipe, known by a virtual path
     try:
-        return read_small_file(str(path), MAX_RECIPE_BYTES).decode(errors="replace")
+        text = read_small_file(str(path), MAX_RECIPE_BYTES).decode(errors="replace")
     except OSError as exc:
         raise DesksideError(f"{path}: {exc.strerror or exc}") from None
+    from deskside.errors import RecipeError
+    from deskside.recipe.load import load_recipe_text
+
+    try:  # the record names it: only a recipe goes into the bundle, never another file
+        load_recipe_text(text, str(path), base_dir=path.parent)
+    except RecipeError:
+        raise DesksideError(f"{path} is not a recipe now: left out") from None
+    return text
 
 
 def _plan(recipe: Recipe, path: Path) -> str:

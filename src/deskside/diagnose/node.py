@@ -48,7 +48,19 @@ SCRUB_MARGIN = 64 << 10  # collected beyond MAX_LOG_BYTES, longer than any secre
 COMMAND_TIMEOUT = 60.0
 HTTP_TIMEOUT = 5.0
 
-TAIL_SH = 'tail -n "$1" -- "$2" | tail -c "$3"'
+# The end of a log deskside wrote: a regular file, with no link in its path below the node's
+# folder ($4) — a link planted there would copy another file into the bundle.
+TAIL_SH = r"""
+f=$2; root=${4%/}
+case $f in "$root"/*) ;; *) echo "$f is not under $root: not read" >&2; exit 3 ;; esac
+if [ -L "$f" ] || [ ! -f "$f" ]; then echo "$f is a link or not a file: not read" >&2; exit 3; fi
+d=${f%/*}
+while [ "$d" != "$root" ]; do
+  if [ -L "$d" ]; then echo "$d is a link: not read" >&2; exit 3; fi
+  d=${d%/*}
+done
+tail -n "$1" -- "$f" | tail -c "$3"
+"""
 
 Progress = Callable[[str], None]
 
@@ -179,7 +191,16 @@ class NodeCollector:
 
     def _tail(self, path: str, lines: int) -> str:
         r = self.t.run(
-            ["sh", "-c", TAIL_SH, "sh", str(lines), path, str(MAX_LOG_BYTES + SCRUB_MARGIN)],
+            [
+                "sh",
+                "-c",
+                TAIL_SH,
+                "sh",
+                str(lines),
+                path,
+                str(MAX_LOG_BYTES + SCRUB_MARGIN),
+                self.run.layout(self.node).recipe_dir,
+            ],
             timeout=COMMAND_TIMEOUT,
         )
         return _out(self.t, r, f"reading {path}")
