@@ -16,6 +16,7 @@ from deskside.deploy import releases as rel
 from deskside.facts import access, clock, disk, network, programs, versions
 from deskside.facts.procs import PROCESS_IDS, RUN_TAG
 from deskside.layout import STATE_FILE
+from deskside.records.node import REMOVE_STATE_SH
 from deskside.records.read import NODE_READ_SH
 from deskside.runtime import node_sh
 from deskside.transport.base import Result
@@ -212,6 +213,11 @@ class FakeHost(FakeTransport):
             return facts
         if a[:2] == ["sh", "-c"]:
             script, args = a[2], a[4:]
+            if script == REMOVE_STATE_SH:  # the state file of a folder (no links here)
+                path = f"{args[0].rstrip('/')}/{args[1]}"
+                self.links.pop(path, None)
+                self.files.pop(path, None)
+                return Result(0, "", "")
             if script == rel.SWITCH_SH:
                 self.links[args[2]] = args[0]
                 return Result(0, "", "")
@@ -260,6 +266,7 @@ class FakeHost(FakeTransport):
             self.links.pop(a[3], None)
             self.files.pop(a[3], None)
             return Result(0, "", "")
+
         if a[:3] == ["ls", "-1", "--"]:
             names = {p[len(a[3]) + 1 :].split("/", 1)[0] for p in self.tree(a[3])}
             return Result(0, "\n".join(sorted(names)) + "\n", "")

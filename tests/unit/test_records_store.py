@@ -354,3 +354,30 @@ def test_a_series_in_a_linked_run_folder_is_neither_read_nor_written(home: Path)
     with pytest.raises(WriteRefused, match="is a link"):
         append_look_line(NAME, '{"at": 2}')
     assert (elsewhere / "looks.jsonl").read_text() == '{"at": 1}\n'
+
+
+def test_forget_and_down_never_delete_through_a_linked_node_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node folder replaced by a link to elsewhere: `down --forget` and `down` remove the
+    link's own records at most, never a state.json the link leads to."""
+    from deskside.layout import NodeLayout
+    from deskside.records.node import remove_state
+    from deskside.records.run import forget
+    from deskside.records.where import run_dir
+    from deskside.transport.local import LocalTransport
+
+    monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path / "home"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "state.json").write_text("{}")
+    base = run_dir("lnk")
+    (base / "nodes").mkdir(parents=True)
+    (base / "nodes" / "n0").symlink_to(elsewhere)
+    (base / "run.json").write_text("{}")
+    removed = forget("lnk")
+    assert removed == [str(base / "run.json")]
+    assert (elsewhere / "state.json").exists()
+    r = remove_state(LocalTransport(), NodeLayout.at(str(base / "nodes" / "n0"), "lnk"))
+    assert r.rc == 3 and "is a link" in r.stderr
+    assert (elsewhere / "state.json").exists()

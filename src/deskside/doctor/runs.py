@@ -14,7 +14,7 @@ from deskside.doctor.findings import Finding
 from deskside.errors import DesksideError
 from deskside.layout import NodeLayout
 from deskside.recipe.types import Node, Recipe
-from deskside.records.node import read_state
+from deskside.records.node import read_state, remove_state_argv
 from deskside.records.read import BadState
 from deskside.records.run import RunRecord, load_run
 from deskside.records.where import local_node_dir, run_file
@@ -108,7 +108,7 @@ def own_runs(recipe: Recipe, state_transports: Mapping[str, Transport]) -> OwnRu
                     fixable=True,
                     severity="info",
                     fix=FORGET.format(name=recipe.name),
-                    action=("rm", "-f", "--", layout.state_file),
+                    action=tuple(remove_state_argv(layout)),
                     detail={"path": layout.state_file, "layout": layout.recipe_dir},
                 )
             )

@@ -143,8 +143,22 @@ def write_state(t: Transport, layout: NodeLayout, state: NodeState) -> None:
     write_on_node(t, layout.state_file, state)
 
 
+# The state file of the node's folder, never through a link put in place of the folder (the
+# file itself, a link or not, is what is removed: never what it points at).
+REMOVE_STATE_SH = r"""
+d=${1%/}
+if [ -L "$d" ]; then echo "$d is a link: its state file is not deskside's to remove" >&2; exit 3; fi
+rm -f -- "$d/$2"
+"""
+
+
+def remove_state_argv(layout: NodeLayout) -> list[str]:
+    folder, _, name = layout.state_file.rpartition("/")
+    return ["sh", "-c", REMOVE_STATE_SH, "sh", folder, name]
+
+
 def remove_state(t: Transport, layout: NodeLayout) -> Result:
-    return t.run(["rm", "-f", "--", layout.state_file])
+    return t.run(remove_state_argv(layout))
 
 
 __all__ = [
@@ -160,6 +174,7 @@ __all__ = [
     "ServiceState",
     "read_state",
     "remove_state",
+    "remove_state_argv",
     "state_bytes",
     "state_ok",
     "write_state",

@@ -157,11 +157,18 @@ def forget(recipe_name: str) -> list[str]:
     """Remove deskside's own records of a run on this machine (its run record, and the
     state files of its nodes on this machine), signalling nothing; returns what went."""
     base = run_dir(recipe_name)
-    removed = []
-    paths = [base / RUN_FILE, *sorted((base / NODES_FOLDER).glob(f"*/{STATE_FILE}"))]
+    removed: list[str] = []
+    if base.is_symlink() or not base.is_dir():
+        return removed
+    nodes = base / NODES_FOLDER
+    paths = [base / RUN_FILE]
+    if nodes.is_dir() and not nodes.is_symlink():
+        # a node folder that is a link leads elsewhere: nothing of it is deskside's
+        own = [p for p in sorted(nodes.iterdir()) if p.is_dir() and not p.is_symlink()]
+        paths += [p / STATE_FILE for p in own]
     for path in paths:
         if path.is_symlink() or path.is_file():
-            path.unlink()
+            path.unlink()  # a link itself goes, never what it points at
             removed.append(str(path))
     return removed
 
