@@ -9,13 +9,12 @@ DOWN.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import httpx
 
-from deskside.operate.status import ClusterStatus, run_status
+from deskside.operate.status import ClusterStatus, Verdict, run_status
 from deskside.records.replica_set import SetRecord
 from deskside.records.run import load_run
 from deskside.replicas.place import recorded_transport
@@ -25,24 +24,13 @@ ORDER = ("WEDGED", "STARTING", "DEGRADED", "DOWN")
 
 
 @dataclass
-class SetStatus:
+class SetStatus(Verdict):
     recipe: str
     cluster: str  # READY | STARTING | DEGRADED | WEDGED | DOWN
     proxy_url: str | None
     proxy: str  # healthy | unreachable | stopped
     groups: dict[str, ClusterStatus | None] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.cluster == "READY"
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 1
-
-    def to_dict(self) -> dict[str, object]:
-        return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
 
 
 def set_verdict(groups: Mapping[str, str | None], proxy: str) -> tuple[str, list[str]]:

@@ -42,8 +42,26 @@ class Status(Report, Protocol):
     def cluster(self) -> str: ...
 
 
+class Verdict:
+    """What a run's and a replica set's status share: READY is ok (exit 0), anything else
+    exit 1; the JSON object is the status's fields."""
+
+    cluster: str
+
+    @property
+    def ok(self) -> bool:
+        return self.cluster == "READY"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_dict(self) -> dict[str, object]:
+        return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
-class ClusterStatus:
+class ClusterStatus(Verdict):
     recipe: str
     cluster: str  # READY | STARTING | DEGRADED | WEDGED | DOWN
     api_url: str
@@ -57,17 +75,6 @@ class ClusterStatus:
     suspects: list[str] = field(default_factory=list)  # nodes a wedge's reasons point at
     stalled_seconds: float | None = None  # no token this long while requests ran
     recovery: dict[str, object] | None = None  # what `deskside watch` last saw and did
-
-    @property
-    def ok(self) -> bool:
-        return self.cluster == "READY"
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 1
-
-    def to_dict(self) -> dict[str, object]:
-        return json.loads(json.dumps(self, default=lambda o: o.__dict__))  # type: ignore[no-any-return]
 
 
 def cluster_status(
