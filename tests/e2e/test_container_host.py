@@ -143,7 +143,7 @@ def _setup(base: Path, engine_dir: Path) -> Iterator[Setup]:
                 "memory_max": MEMORY_MAX,
                 "shm_size": "1g",
                 "volumes": [
-                    *(f"{p}:{p}:ro" for p in (nh.REPO, Path(sys.base_prefix).resolve())),
+                    *(f"{p}:{p}:ro" for p in nh.python_paths()),
                     f"{nh.TORCH_CACHE}:{nh.TORCH_CACHE}",  # see tests/nspawn_hosts.py
                 ],
             }
