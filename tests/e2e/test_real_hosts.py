@@ -5,6 +5,8 @@ veth link) deployed over SSH with `runtime.systemd: true`:
 
 - each host's engine runs as the rendered unit, enabled, started by the host's systemd,
   with the recipe's memory limit applied by systemd to the unit's memory cgroup;
+- vLLM deployed over SSH: TP=2 spans the link between the hosts, every served name
+  answers with tokens, and the engine's own KV cache line equals the plan;
 - status and logs read systemd and the journal;
 - powering the worker host off and booting it again brings the cluster back to serving
   with no deskside command (the units are enabled; the head's engine exits on its next
@@ -126,7 +128,7 @@ def wait_serving(url: str, budget: float) -> tuple[float, int]:
         except httpx.HTTPError:
             pass
         failed += 1
-        time.sleep(5)
+        time.sleep(1)
     raise AssertionError(f"the cluster did not serve again within {budget:.0f} s")
 
 
@@ -154,6 +156,31 @@ def test_deploy_runs_the_engines_as_enabled_units(setup: Setup) -> None:
         assert len(tags) == 1 and tag_pattern("ssh-tiny", node).fullmatch(tags[0]), tags
     r = complete(setup.api_url)
     assert r.status_code == 200, r.text
+
+
+def test_tp2_spans_the_link_and_every_name_serves(setup: Setup) -> None:
+    """Real vLLM deployed over SSH: the worker host holds the TP=2 connections to the head
+    across the veth link, every name answers with the tokens asked for, and the KV cache
+    line vLLM logged equals the plan."""
+    head, worker = setup.hosts.hosts
+    report = setup.report
+    assert report["logged_kv_cache_line"] == report["planned_kv_cache_line"], report
+    established = subprocess.run(
+        ["ip", "netns", "exec", worker.name, "ss", "-Htn", "state", "established"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    peers = [line.split()[-1] for line in established.splitlines() if line.strip()]
+    assert [p for p in peers if p.startswith(f"{head.address}:")], established
+    assert report["served_names"] == ["deepseek-v4-flash-tiny", "tiny"]
+    for name in report["served_names"]:
+        r = httpx.post(
+            f"{setup.api_url}/v1/completions",
+            json={"model": name, "prompt": "hello", "max_tokens": 8, "ignore_eos": True},
+            timeout=120,
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 8
 
 
 def test_systemd_applies_the_memory_limit(setup: Setup) -> None:
