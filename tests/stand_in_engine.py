@@ -13,9 +13,14 @@ relies on it:
 - like vLLM (vllm/entrypoints/openai/api_server.py, AuthenticationMiddleware), with
   VLLM_API_KEY in its environment every /v1 path needs `Authorization: Bearer <key>` and
   is refused with 401 otherwise; /health and /metrics stay open;
-- the head forks a helper that stays in its session until it is signalled (vLLM's engine
-  core): stopping the engine means stopping the whole session;
-- a worker (`--headless`) logs a few start-up lines and stays alive.
+- the head forks a helper that stays in its session until it is signalled or the head is
+  gone (vLLM's engine core): stopping the engine means stopping the whole session;
+- a worker (`--headless`) logs a few start-up lines and stays alive;
+- in a multi-node run the ranks are linked as vLLM's are by torch.distributed: the head
+  listens on `--master-port`, each worker connects to `--master-addr` (waiting for the
+  head as vLLM's rendezvous does), and a rank that loses the link exits with a failure,
+  as vLLM's ranks do at their next collective with a lost peer (that real vLLM does is
+  checked on the shared e2e cluster).
 
 `real_when`: a word that, found among the engine's arguments, makes the wrapper start the
 real vLLM instead (a release meant to fail in vLLM's own words, next to stand-in releases).
@@ -28,10 +33,15 @@ import sys
 from pathlib import Path
 
 STAND_IN = r"""
-import http.server, json, os, signal, sys, time
+import http.server, json, os, signal, socket, sys, threading, time
 args = sys.argv[1:]
 def value(flag, default=""):
     return args[args.index(flag) + 1] if flag in args else default
+MASTER = (value("--master-addr"), int(value("--master-port", "0")))
+def lost_peer(conn):
+    conn.recv(1)  # returns when the other rank's process is gone
+    print("stand-in: lost the link to a peer rank", flush=True)
+    os._exit(1)
 names = []
 if "--served-model-name" in args:
     for a in args[args.index("--served-model-name") + 1:]:
@@ -40,15 +50,30 @@ if "--served-model-name" in args:
         names.append(a)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 if "--headless" in args:
-    for line in ("stand-in worker: starting", "stand-in worker: rank " + value("--node-rank"),
-                 "stand-in worker up"):
-        print(line, flush=True)
+    print("stand-in worker: rank " + value("--node-rank") + " starting", flush=True)
     while True:
-        time.sleep(3600)
-if os.fork() == 0:  # the engine core: in the session until signalled
+        try:
+            link = socket.create_connection(MASTER, timeout=2)
+            break
+        except OSError:
+            time.sleep(0.2)
+    link.settimeout(None)
+    print("stand-in worker: linked to the head", flush=True)
+    print("stand-in worker up", flush=True)
+    lost_peer(link)
+head = os.getpid()
+if os.fork() == 0:  # the engine core: in the session until signalled or the head is gone
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    while True:
-        time.sleep(3600)
+    while os.getppid() == head:
+        time.sleep(0.5)
+    os._exit(0)
+if MASTER[1]:
+    listener = socket.create_server(MASTER, reuse_port=False)
+    def accept():
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=lost_peer, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
 KEY = os.environ.get("VLLM_API_KEY")
 class Api(http.server.BaseHTTPRequestHandler):
     def _send(self, body, status=200):
@@ -110,11 +135,15 @@ server.serve_forever()
 """
 
 
-def stand_in(folder: Path, kv_line: str, real_when: str | None = None) -> Path:
-    """The wrapper the recipe names as its Python (see the module docstring)."""
+def stand_in(
+    folder: Path, kv_line: str, real_when: str | None = None, seen_at: str | None = None
+) -> Path:
+    """The wrapper the recipe names as its Python (see the module docstring), written to
+    `folder`; `seen_at`: where the engine's host sees that folder (a booted test host's
+    disk), when not at the same path."""
     folder.mkdir(parents=True, exist_ok=True)
-    server = folder / "stand_in_engine.py"
-    server.write_text(f"KV_LINE = {kv_line!r}\n" + STAND_IN)
+    (folder / "stand_in_engine.py").write_text(f"KV_LINE = {kv_line!r}\n" + STAND_IN)
+    server = Path(seen_at or folder) / "stand_in_engine.py"
     real = ""
     if real_when is not None:
         assert re.fullmatch(r"--[a-z0-9-]+", real_when), real_when  # one plain flag

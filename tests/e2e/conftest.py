@@ -92,10 +92,14 @@ class SharedCluster:
     def served_names(self) -> list[str]:
         return [c["model"] for c in self.demo["completions"]]
 
-    def record(self) -> dict[str, Any]:
-        """The run record deskside wrote (nodes with pid and start time)."""
-        path = self.home / "runs" / RECIPE / "run.json"
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    def node_states(self) -> list[dict[str, Any]]:
+        """What deskside recorded it started on each node (the engine's pid, its start
+        time and run tag, the services), from the run record's node folders."""
+        run = json.loads((self.home / "runs" / RECIPE / "run.json").read_text())
+        return [
+            json.loads((Path(node["recipe_dir"]) / "state.json").read_text())
+            for node in run["nodes"]
+        ]
 
     def status(self) -> dict[str, Any]:
         r = self.cli("status", "--json", timeout=120)

@@ -9,11 +9,16 @@ veth link) deployed over SSH with `runtime.systemd: true`:
   answers with tokens, and the engine's own KV cache line equals the plan;
 - status and logs read systemd and the journal;
 - powering the worker host off and booting it again brings the cluster back to serving
-  with no deskside command (the units are enabled; the head's engine exits on its next
-  collective with the lost peer and systemd restarts it); both hosts rebooted, the same;
+  with no deskside command (the units are enabled; the head's engine exits when it loses
+  its peer and systemd restarts it); both hosts rebooted, the same;
 - `down` stops and disables the units and leaves no engine process on either host.
 
-One deploy; the reboots restart the engines on their own (two more TP=2 starts)."""
+The reboots are orchestration (systemd brings the enabled units back and restarts the
+engine that exited): they run on the stand-in engine (tests/stand_in_engine.py, whose
+ranks are linked and exit when they lose a peer, as vLLM's do), deployed over the real
+engines as a second release; each real restart would cost a minute per rank. That vLLM's
+own head exits when its TP peer is gone is checked on the shared cluster
+(tests/e2e/test_up_two_nodes.py)."""
 
 from __future__ import annotations
 
@@ -33,11 +38,13 @@ from deskside.exporter.running import tag_pattern
 from ..cli_process import deskside as run_deskside
 from ..deploy_cases import complete, deploy, ensure_tiny_model, ssh_recipe_data, write_recipe
 from ..nspawn_hosts import NspawnHost, NspawnHosts, can_run, nspawn_hosts
+from ..stand_in_engine import stand_in
 
 pytestmark = pytest.mark.e2e
 
 UNIT = "deskside-ssh-tiny.service"
 ROOT_ON_HOSTS = "/srv/deskside"  # each host's own disk
+STAND_IN = "/opt/deskside-stand-in"  # on each host's disk
 MEMORY_MAX = 8 * 2**30
 RECOVERY_BUDGET = 600.0  # seconds: well inside `deskside up`'s readiness default (900)
 
@@ -48,6 +55,7 @@ class Setup:
     home: Path
     report: dict[str, Any]
     seconds: float
+    stand_in_recipe: Path  # the same recipe with the stand-in engine as runtime.python
 
     def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
         return run_deskside(*args, home=self.home, timeout=timeout)
@@ -106,10 +114,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         data["runtime"]["memory_max"] = MEMORY_MAX
         recipes = base / "recipes"
         good = write_recipe(recipes, data)
+        data["runtime"]["python"] = f"{STAND_IN}/python"
+        stand_in_recipe = write_recipe(recipes, data, "stand-in.yaml")
         ensure_tiny_model(recipes)
         home = base / "home"
         report, seconds = deploy(good, hosts.known_hosts, home, journals(hosts))
-        made = Setup(hosts, home, report, seconds)
+        made = Setup(hosts, home, report, seconds, stand_in_recipe)
         try:
             yield made
         finally:
@@ -218,6 +228,22 @@ def _starts(host: NspawnHost) -> str:
     return unit_property(host, "ExecMainStartTimestampMonotonic")
 
 
+def test_a_stand_in_release_takes_over_for_the_reboots(setup: Setup) -> None:
+    for host in setup.hosts.hosts:
+        stand_in(host.path(STAND_IN), setup.report["planned_kv_cache_line"], seen_at=STAND_IN)
+    report, seconds = deploy(
+        setup.stand_in_recipe, setup.hosts.known_hosts, setup.home, journals(setup.hosts)
+    )
+    print(f"\nthe stand-in release: {seconds:.1f} s wall")
+    assert report["ok"] and report["release"] != setup.report["release"], report
+    for host in setup.hosts.hosts:
+        assert systemctl(host, "is-enabled", UNIT) == "enabled"
+        assert systemctl(host, "is-active", UNIT) == "active"
+        assert host.run("pgrep", "-f", "stand_in_engine").stdout.strip()  # the stand-in
+        assert not host.run("pgrep", "-f", "deskside.engine.cpu").stdout.strip()  # not vLLM
+    assert complete(setup.api_url).status_code == 200
+
+
 def test_worker_reboot_comes_back_without_deskside(setup: Setup) -> None:
     head, worker = setup.hosts.hosts
     head_before = _starts(head)
@@ -262,7 +288,7 @@ def test_down_disables_and_stops_the_units(setup: Setup) -> None:
         state = systemctl(host, "is-active", UNIT)
         result = unit_property(host, "Result")
         assert (state, result) == ("inactive", "success"), journals(setup.hosts, 60)
-        left = host.run("pgrep", "-af", "vllm|deskside.engine").stdout
+        left = host.run("pgrep", "-af", "vllm|deskside.engine|stand_in_engine").stdout
         assert not left.strip(), left
     # and it stays down through a reboot
     worker = setup.hosts.hosts[1]

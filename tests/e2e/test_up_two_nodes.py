@@ -5,10 +5,12 @@ alias serves, the proxy is the only door, plan equals the engine's KV line, prob
 against the server's counters, every Prometheus target up, every dashboard and rule
 expression has data (or a declared reason), `deskside top` as a person sees it; then what
 takes it apart, last: a wedge named, diagnosed and recovered once, a killed worker is
-DEGRADED within 10 s, `down` leaves nothing. And two refusals that start no cluster."""
+DEGRADED within 10 s and the head's engine exits at its next collective, `down` leaves
+nothing. And two refusals that start no cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,6 +149,11 @@ def test_bench_two_node_mtp_cluster_matches_server_counters(local_tiny: SharedCl
 
 PROMETHEUS = "http://10.77.0.1:9090"
 DECLARED_ABSENT = {"no GPU on this machine", "no RDMA device on this machine"}
+# vLLM on CPU turns prefix caching off for MLA models (vllm/platforms/cpu.py,
+# CpuPlatform.check_and_update_config), so its counters never move on this cluster; the
+# monitor check calls that "no traffic yet", as it does for counters that never moved
+# (tests/integration/test_monitor_prometheus.py)
+PREFIX_CACHE_OFF = "dashboard:Prefix cache hit rate/A"
 
 
 def test_every_prometheus_target_is_up(local_tiny: SharedCluster) -> None:
@@ -167,7 +174,9 @@ def test_every_prometheus_target_is_up(local_tiny: SharedCluster) -> None:
 
 def _undeclared(report: dict[str, object]) -> list[dict[str, object]]:
     missing = [e for e in report["expressions"] if not e["has_data"]]  # type: ignore[attr-defined]
-    return [e for e in missing if e["reason"] not in DECLARED_ABSENT]
+    off = [e for e in missing if e["source"] == PREFIX_CACHE_OFF]
+    assert all(e["reason"].startswith("no traffic yet") for e in off), off
+    return [e for e in missing if e["reason"] not in DECLARED_ABSENT and e not in off]
 
 
 def test_monitor_check_after_traffic(local_tiny: SharedCluster) -> None:
@@ -270,8 +279,8 @@ def test_status_ready_then_degraded_when_worker_dies(local_tiny: SharedCluster) 
     st = local_tiny.status()
     assert st["cluster"] == "READY", st
     assert all(n["state"] == "running" and n["rss_bytes"] > 0 for n in st["nodes"])
-    recorded = next(n for n in local_tiny.record()["nodes"] if n["role"] == "worker")
-    assert recorded["pid"] > 1 and recorded["pid_start"] is not None
+    recorded = next(n for n in local_tiny.node_states() if n["role"] == "worker")
+    assert recorded["pid"] > 1 and recorded["pid_start"] is not None and recorded["run_tag"]
     worker = next(n for n in st["nodes"] if n["role"] == "worker")  # after any restart
     os.killpg(int(worker["pid"]), signal.SIGKILL)
     deadline = time.monotonic() + 10
@@ -283,13 +292,25 @@ def test_status_ready_then_degraded_when_worker_dies(local_tiny: SharedCluster) 
         time.sleep(0.5)
     assert seen is not None and seen["cluster"] == "DEGRADED", seen
     assert any(worker["name"] in reason for reason in seen["reasons"])
+    # vLLM's own behaviour, which the stand-in engine copies for the reboot tests
+    # (tests/stand_in_engine.py): at its next collective the head's engine finds its TP
+    # peer gone and exits (a unit's Restart= then brings it back)
+    auth = {"Authorization": f"Bearer {local_tiny.engine_key()}"}
+    body = {"model": "tiny", "prompt": "anyone there?", "max_tokens": 4}
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(f"{local_tiny.api_url}/v1/completions", json=body, headers=auth, timeout=60)
+    head = next(n for n in seen["nodes"] if n["role"] == "head")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and procs.alive(int(head["pid"])):
+        time.sleep(0.5)
+    assert not procs.alive(int(head["pid"])), local_tiny.status()
 
 
 @pytest.mark.breaks_cluster
 def test_down_leaves_nothing(local_tiny: SharedCluster) -> None:
     home = local_tiny.home
     before = local_tiny.status()
-    recorded = local_tiny.record()["nodes"]
+    recorded = local_tiny.node_states()
     services = {(n["name"], s["name"]): s["pid"] for n in before["nodes"] for s in n["services"]}
     assert set(services) == {
         ("node0", "proxy"),
