@@ -104,7 +104,8 @@ def start(base: Path) -> Install:
     background; with DESKSIDE_E2E_VENV set (a venv holding deskside[cpu], for a quicker
     loop while developing), that venv instead and no install."""
     if given := os.environ.get("DESKSIDE_E2E_VENV"):
-        return Install(Path(given), base / "pip.log", reused=True, returncode=0, seconds=0.0)
+        venv = Path(given).resolve()
+        return Install(venv, base / "pip.log", reused=True, returncode=0, seconds=0.0)
     base.mkdir(parents=True, exist_ok=True)
     source = copy_source(base / "source")
     venv = base / "v"
