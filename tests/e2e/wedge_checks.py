@@ -76,7 +76,7 @@ def until(
         seen = status(deskside)
         if pred(seen):
             return seen
-        time.sleep(2)
+        time.sleep(1)
     raise AssertionError(json.dumps(seen, indent=1)[:4000])
 
 
@@ -152,8 +152,13 @@ def check_wedge_and_recovery(
         assert st["cluster"] == "WEDGED", st
         assert st["recovery"]["restarts_in_period"] == 1 and st["recovery"]["budget_exhausted"]
         assert worker_pid(st) == pid
-        time.sleep(8)  # more looks: still no restart
-        st = status(deskside)
+        # two more looks of the watcher (every 3 s): still no restart
+        spent_at = time.time()
+        st = until(
+            deskside,
+            lambda s: time.time() - s["recovery"]["watched_seconds_ago"] > spent_at + 6,
+            60,
+        )
         assert st["recovery"]["restarts_in_period"] == 1 and worker_pid(st) == pid, st
     finally:
         os.killpg(pid, signal.SIGCONT)

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).parent
-TIME_LIMIT = 5.0
+TIME_LIMIT = 10.0  # a fresh interpreter on a loaded two-core machine; a hang is minutes
 UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 
 

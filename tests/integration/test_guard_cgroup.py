@@ -220,7 +220,7 @@ def test_guard_stops_the_engine_in_a_cgroup_under_the_floor(
         saved = json.loads((Path(layout.recipe_dir) / "guard.json").read_text())
         assert saved == stop
 
-        st = deskside("status", "--json", "--recipe", NAME, home=session_home, timeout=60)
+        st = deskside("status", NAME, "--json", home=session_home, timeout=60)
         assert st.returncode in (0, 1, 3), st.stderr
         node = json.loads(st.stdout)["nodes"][0]
         assert node["state"] == "exited"

@@ -190,5 +190,7 @@ def contract(d: Deployment) -> Outcome:
         return Outcome("", planned=[(d.head, f"a completion through {via} for {names}")])
     key = proxy_key(d)
     headers = {"Authorization": f"Bearer {key}"} if key else None
+    if not d.report.proxy_url:  # straight to the engine: its own key when it requires one
+        headers = secrets.engine_auth(d.recipe.name, d.recipe.engine_keyed)
     client = d.http(d.options.contract_timeout, headers)
     return Outcome(require_contract(client, via, d.report.served_names))
