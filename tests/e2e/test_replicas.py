@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -137,20 +138,33 @@ def test_bench_on_one_group_matches_its_counters(
 ) -> None:
     """deskside bench against group a's engine (no speculative decoding, prefix caching
     on): the client's sums equal the server's counters, no speculative figures are made
-    up, and the bench's prompts are unique, so none is served from the prefix cache."""
+    up, and the bench's prompts are unique, so none is served from the prefix cache.
+
+    The set's proxy checks each group's health every 10 s with a completion of its own,
+    which lands in a cell's server window now and then (the bench says so in the cell's
+    notes): such a cell is measured again, up to four times."""
     from deskside.bench.models import BenchConfig
     from deskside.bench.runner import run_bench
 
-    config = BenchConfig(
-        url=HEADS["a"],
-        model="llama-tiny",
-        api_key=engine_key(home, "a"),
-        prompt_lens=[64, 256],
-        concurrency=[1, 2],
-        requests=2,
-        max_tokens=8,
-    )
-    for cell in run_bench(config).cells:
+    def cell_of(prompt_len: int, concurrency: int) -> Any:
+        config = BenchConfig(
+            url=HEADS["a"],
+            model="llama-tiny",
+            api_key=engine_key(home, "a"),
+            prompt_lens=[prompt_len],
+            concurrency=[concurrency],
+            requests=2,
+            max_tokens=8,
+        )
+        for _ in range(4):
+            (cell,) = run_bench(config).cells
+            w = cell.server
+            if w is not None and w.output_tokens_match and w.prompt_tokens_match:
+                break
+            print("measured again, the window held other traffic:", w.notes if w else None)
+        return cell
+
+    for cell in (cell_of(p, c) for p in (64, 256) for c in (1, 2)):
         m, w = cell.metrics, cell.server
         where = f"{cell.prompt_len}x{cell.concurrency}"
         assert (m.succeeded, m.failed) == (2, 0), (where, m.errors)
