@@ -20,6 +20,8 @@ import httpx
 from deskside import localnet, secrets
 from deskside.errors import DesksideError
 from deskside.home import resolve_recipe
+from deskside.httpclient import Limits
+from deskside.httpclient import client as bounded_client
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.types import Recipe
 from deskside.records.names import find_run, run_lock
@@ -27,6 +29,8 @@ from deskside.runtime.local import LocalRuntime
 from deskside.runtime.pipeline import UpOptions
 
 Say = Callable[[str], None]
+
+DEMO = Limits(total=300, max_bytes=16 << 20)  # a chat completion, streamed
 
 
 def loopback_variant(recipe: Recipe) -> Recipe:
@@ -109,7 +113,10 @@ def measure(
     prompts = [
         f"Request {i}: " + " ".join(f"w{i}x{j}" for j in range(words)) for i in range(concurrency)
     ]
-    with httpx.Client(headers=headers) as client, ThreadPoolExecutor(concurrency) as pool:
+    with (
+        bounded_client(DEMO, headers=headers) as client,
+        ThreadPoolExecutor(concurrency) as pool,
+    ):
         samples = list(pool.map(lambda p: chat(client, url, model, p, max_tokens), prompts))
     decode = sum(s.e2e - s.ttft for s in samples)
     window = max(s.end for s in samples) - min(s.start for s in samples)
@@ -156,7 +163,7 @@ def run_demo(say: Say, keep_up: bool = False) -> dict[str, Any]:
         try:
             completions = []
             for name in names:
-                with httpx.Client(headers=auth) as client:
+                with bounded_client(DEMO, headers=auth) as client:
                     s = chat(client, url, name, "Say hello.", 8)
                 completions.append({"model": name, "output_tokens": s.output_tokens})
                 say(f"chat completion via {name!r}: {s.output_tokens} tokens")

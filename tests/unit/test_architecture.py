@@ -308,3 +308,9 @@ def test_nothing_below_the_commands_imports_them(package: str, allowed: tuple[st
 def test_the_importers_finder_finds_importers() -> None:
     g = {"a.x": {"b.y"}, "b.y": set(), "b": set(), "c": {"b"}, "b.z": {"b.y"}}
     assert importers(g, "b") == {"a.x", "c"}
+
+
+def test_every_http_client_is_bounded() -> None:
+    """HTTP clients come from `deskside.httpclient` (a total deadline and a byte cap on
+    every exchange); no module builds a bare httpx client."""
+    assert _files_holding(r"httpx\.(Async)?Client\(") == {"deskside/httpclient.py"}

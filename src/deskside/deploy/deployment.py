@@ -15,6 +15,8 @@ import httpx
 from deskside.engine.launch import NodeLaunch
 from deskside.engine.services import Service
 from deskside.errors import DesksideError
+from deskside.httpclient import METRICS, Limits
+from deskside.httpclient import client as bounded_client
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Node, Recipe
@@ -91,7 +93,8 @@ class Deployment:
         return self.transports[node]
 
     def http(self, timeout: float, headers: Mapping[str, str] | None = None) -> httpx.Client:
-        return httpx.Client(transport=self.options.http_transport, timeout=timeout, headers=headers)
+        limits = Limits(total=timeout, max_bytes=METRICS.max_bytes)
+        return bounded_client(limits, self.options.http_transport, headers=headers)
 
     def fact(self, node: str, argv: Sequence[str], what: str, timeout: float = 120) -> str:
         """Run a read-only command now (dry runs too); its output, or StageFailed."""

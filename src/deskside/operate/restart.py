@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import httpx
-
 from deskside import secrets
 from deskside.errors import DesksideError
+from deskside.httpclient import METRICS
+from deskside.httpclient import client as bounded_client
 from deskside.identity import stop_command
 from deskside.records.node import NodeState, read_state
 from deskside.records.run import RunNode, RunRecord
@@ -152,7 +152,7 @@ def restart_engines(
         timeout=timeout,
         say=say,
         interval=1.0,
-        client=httpx.Client(timeout=10, headers=auth),
+        client=bounded_client(METRICS, headers=auth),
     )
     return f"engines restarted (workers first: {', '.join(n.name for n in order)}); serving again"
 

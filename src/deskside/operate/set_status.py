@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from deskside.httpclient import METRICS, Limits
+from deskside.httpclient import client as bounded_client
 from deskside.operate.status import ClusterStatus, Verdict, run_status
 from deskside.records.replica_set import SetRecord
 from deskside.records.run import load_run
@@ -74,7 +76,7 @@ def set_status(record: SetRecord, known_hosts: str | None = None) -> SetStatus:
         hosts = known_hosts or record.known_hosts
         groups[g] = run_status(run, hosts) if run is not None else None
     alive = record.proxy is not None and proxy_alive(record.proxy, recorded_transport(record))
-    with httpx.Client(timeout=5) as client:
+    with bounded_client(Limits(total=5, max_bytes=METRICS.max_bytes)) as client:
         proxy = proxy_health(record, alive, client)
     state, reasons = set_verdict({g: s.cluster if s else None for g, s in groups.items()}, proxy)
     return SetStatus(record.recipe_name, state, record.proxy_url, proxy, groups, reasons)

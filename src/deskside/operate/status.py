@@ -19,6 +19,8 @@ from typing import Protocol
 import httpx
 
 from deskside.engine.http import engine_metrics, health
+from deskside.httpclient import METRICS
+from deskside.httpclient import client as bounded_client
 from deskside.operate.verdict import node_controls, with_recovery, with_verdict
 from deskside.records.recipes import load_run_recipe
 from deskside.records.run import RunRecord
@@ -119,7 +121,7 @@ def status(
     ts = transports_of(run, given=transports)
     nodes = node_statuses(run, ts)
     reasons = [n.reason for n in nodes if n.reason] + service_reasons(nodes)
-    with httpx.Client(transport=http_transport, timeout=10) as client:
+    with bounded_client(METRICS, http_transport) as client:
         base = cluster_status(run, nodes, reasons, client)
         if base.cluster == "READY":
             controls = {n.name: login_control(ts[n.name], control_of(run, n)) for n in run.nodes}

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-import httpx
-
 from deskside import secrets
 from deskside.deploy.releases import private_dir
 from deskside.errors import DesksideError
 from deskside.facts.procs import RUN_TAG
+from deskside.httpclient import METRICS, Limits
+from deskside.httpclient import client as bounded_client
 from deskside.planner.plan import Plan
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
@@ -218,7 +218,9 @@ class SetStart:
         save_set(self.record)
         assert self.report.proxy_url is not None
         wait_proxy(
-            httpx.Client(transport=self.options.http_transport, timeout=5),
+            bounded_client(
+                Limits(total=5, max_bytes=METRICS.max_bytes), self.options.http_transport
+            ),
             self.report.proxy_url,
             self.options.timeout,
             self.options.poll_interval,
@@ -236,9 +238,9 @@ class SetStart:
             key = secrets.Secret(secrets.PROXY_MASTER_KEY, raw)
         else:
             key = secrets.proxy_master_key(self.recipe.name)
-        client = httpx.Client(
-            transport=self.options.http_transport,
-            timeout=self.options.contract_timeout,
+        client = bounded_client(
+            Limits(total=self.options.contract_timeout, max_bytes=METRICS.max_bytes),
+            self.options.http_transport,
             headers={"Authorization": f"Bearer {key.reveal()}"},
         )
         assert self.report.proxy_url is not None

@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-
 from deskside import localnet, secrets
 from deskside.deploy.drift import must_match, up_refusal
 from deskside.engine.launch import NodeLaunch, Site, launches
@@ -33,6 +31,8 @@ from deskside.facts.base import gather
 from deskside.facts.drift import refusal_text
 from deskside.facts.shm import ShmScan
 from deskside.facts.shm import shm as shm_fact
+from deskside.httpclient import METRICS, Limits
+from deskside.httpclient import client as bounded_client
 from deskside.layout import NodeLayout
 from deskside.planner.inputs import plan_recipe
 from deskside.planner.plan import Plan
@@ -304,8 +304,10 @@ class LocalStart:
             timeout=self.options.timeout,
             say=self.say,
             interval=self.options.poll_interval,
-            client=httpx.Client(
-                transport=self.options.http_transport, timeout=10, headers=self._engine_auth()
+            client=bounded_client(
+                Limits(total=10, max_bytes=METRICS.max_bytes),
+                self.options.http_transport,
+                headers=self._engine_auth(),
             ),
         )
         self.report.logged_kv_cache_line = found.logged_kv_cache_line
@@ -374,9 +376,9 @@ class LocalStart:
                 secrets.master_key_here(self.recipe), secrets.PROXY_MASTER_KEY
             )
             headers = {"Authorization": f"Bearer {key.reveal()}"}
-        client = httpx.Client(
-            transport=self.options.http_transport,
-            timeout=self.options.contract_timeout,
+        client = bounded_client(
+            Limits(total=self.options.contract_timeout, max_bytes=METRICS.max_bytes),
+            self.options.http_transport,
             headers=headers,
         )
         return Outcome(require_contract(client, via or self.api_url, self.report.served_names))

@@ -19,6 +19,8 @@ import httpx
 from deskside.engine.http import health, served_models
 from deskside.engine.logs import EngineEvent, parse_line
 from deskside.errors import DesksideError
+from deskside.httpclient import METRICS
+from deskside.httpclient import client as bounded_client
 
 FAILURE_EVENTS = ("refused", "oom", "distributed_timeout", "worker_died", "connection_refused")
 TAIL_LINES = 15
@@ -115,7 +117,7 @@ def wait_ready(
     out = Readiness()
     deadline = time.monotonic() + timeout
     phase = ""
-    with client or httpx.Client() as http:
+    with client or bounded_client(METRICS) as http:
         while time.monotonic() < deadline:
             for node in nodes:
                 # liveness first: when a node is found dead, its log read after it is complete

@@ -12,6 +12,8 @@ import httpx
 
 from deskside.engine.services import PROXY_CONFIG, PROXY_SCRIPT, Service, ServiceSite
 from deskside.errors import DesksideError
+from deskside.httpclient import METRICS, Limits
+from deskside.httpclient import client as bounded_client
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
@@ -68,7 +70,7 @@ def wait_services(
     within `timeout`, fails the start with its last log lines."""
     pending = {(sl.node, sl.name): sl for sl in launches}
     deadline = time.monotonic() + timeout
-    with httpx.Client(transport=http_transport, timeout=5) as client:
+    with bounded_client(Limits(total=5, max_bytes=METRICS.max_bytes), http_transport) as client:
         while pending:
             for key, sl in list(pending.items()):
                 try:
