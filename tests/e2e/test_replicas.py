@@ -44,6 +44,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def replica_set(home: Path) -> Iterator[dict[str, object]]:
+    # the set's own namespaces only: ones already there would be adopted, not removed by down
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not [ns for ns in NAMESPACES if ns in listed.split()], listed
     t0 = time.monotonic()
     r = deskside(home, "up", NAME, "--json", timeout=1500)
     print(f"up {NAME}: {time.monotonic() - t0:.0f} s")
@@ -236,7 +239,7 @@ def test_down_leaves_nothing(replica_set: dict[str, object], home: Path) -> None
     leftovers = [p for p in procs.all_procs() if str(home) in p.cmdline and p.state != "Z"]
     assert not leftovers, leftovers
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not [ns for ns in NAMESPACES if ns in namespaces], namespaces
+    assert not [ns for ns in NAMESPACES if ns in namespaces], namespaces + r.stdout
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "dsbr-ds-ra0" not in links and "dsbr-ds-rb0" not in links
     assert not (home / "runs" / NAME / "replica-set.json").exists()

@@ -6,7 +6,8 @@ over these reads is `deskside.operate.status`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from deskside.errors import DesksideError, UsageError
@@ -163,6 +164,24 @@ def any_running(run: RunRecord, transports: Mapping[str, Transport]) -> bool:
     )
 
 
+def remove_namespaces(here: Transport, names: Sequence[str], tries: int = 5) -> list[str]:
+    """Delete the network namespaces a run created; each one still listed after `tries`
+    attempts (its file busy, e.g. held in another mount namespace) is returned as
+    `namespace X: why`."""
+    failed: dict[str, str] = {}
+    for attempt in range(tries):
+        failed = {}
+        for ns in names:
+            r = here.run(["ip", "netns", "del", ns])
+            if not r.ok and ns in here.run(["ip", "netns", "list"]).stdout.split():
+                failed[ns] = r.stderr.strip() or f"ip netns del exited {r.rc}"
+        if not failed:
+            return []
+        names = list(failed)
+        time.sleep(0.2 * (attempt + 1))
+    return [f"namespace {ns}: {why}" for ns, why in failed.items()]
+
+
 def down(
     run: RunRecord, grace: float = 20.0, transports: Mapping[str, Transport] | None = None
 ) -> list[str]:
@@ -191,8 +210,7 @@ def down(
     if run.shm_before is not None:
         clean_shm(here, run)
     if run.network is not None and run.network.created:
-        for ns in run.network.created:
-            here.run(["ip", "netns", "del", ns])
+        leftovers += remove_namespaces(here, run.network.created)
         listed = here.run(["ip", "netns", "list"]).stdout.split()
         if not set(run.network.namespaces) & set(listed):
             here.run(["ip", "link", "del", run.network.bridge])
