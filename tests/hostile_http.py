@@ -97,3 +97,20 @@ def hostile_server(mode: str) -> Iterator[str]:
         stop.set()
         thread.join(5)
         sock.close()
+
+
+def serve_on(mode: str, port: int, host: str = "127.0.0.1") -> None:
+    """Listen on `host:port` (at once) and answer every connection in `mode` until the
+    process ends: the hostile tier's sandboxes, each with its own network (fixed ports)."""
+    stop = threading.Event()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(256)
+
+    def serve() -> None:
+        while True:
+            conn, _ = sock.accept()
+            threading.Thread(target=_answer, args=(conn, mode, stop), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()

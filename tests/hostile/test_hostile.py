@@ -20,14 +20,13 @@ TIME_LIMIT seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,19 @@ import pytest
 HERE = Path(__file__).parent
 TIME_LIMIT = 10.0  # a fresh interpreter on a loaded two-core machine; a hang is minutes
 UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+MEMORY = "2GiB"  # ulimit -v of the command: a read without a cap ends in MemoryError
+UNSHARE = [
+    "unshare",
+    "--pid",
+    "--fork",
+    "--mount",
+    "--net",
+    "--mount-proc",
+    "--propagation",
+    "private",
+]
+# what a case may ask its sandbox for (see sandbox.py)
+SANDBOX_KEYS = ("setup", "servers", "foreign", "background", "keep", "gone", "canary", "settle")
 
 
 def cases() -> list[tuple[Path, dict[str, Any]]]:
@@ -95,12 +107,19 @@ def test_cases_are_well_formed() -> None:
 @dataclass
 class Ran:
     output: str = ""
-    returncode: int | None = None  # None: no answer within TIME_LIMIT * 3
+    returncode: int | None = None  # None: no answer within three times its limit
     seconds: float = 0.0
+    dead: list[str] = field(default_factory=list)  # foreign processes that died
+    changed: list[str] = field(default_factory=list)  # kept paths that changed
+    leaked: list[str] = field(default_factory=list)  # where the canary showed up
+    remained: list[str] = field(default_factory=list)  # paths the case expects removed
+    sandbox_error: str | None = None
+    limit: float = TIME_LIMIT
 
 
 def run_case(folder: Path, case: dict[str, Any], base: Path) -> Ran:
-    """Copy the case's folder under `base`, make what git cannot hold, run deskside."""
+    """Copy the case's folder under `base`, make what git cannot hold, then run the case in
+    its own sandbox (see sandbox.py) and read what the sandbox saw."""
     root = base / folder.name
     shutil.copytree(folder, root, symlinks=True)
     for rel in case.get("fill", []):
@@ -108,55 +127,74 @@ def run_case(folder: Path, case: dict[str, Any], base: Path) -> Ran:
         path.write_text(path.read_text().replace("{here}", str(root)))
     for spec in case.get("make", []):
         make(root, spec)
-    args = [a.replace("{here}", str(root)) for a in case["args"]]
+    (base / "user").mkdir()
+    (base / "tmp").mkdir()
     home = root / case["home"] if "home" in case else base / "home"
-    env = {**os.environ, "DESKSIDE_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "200"}
+    env = {
+        **os.environ,
+        "DESKSIDE_HOME": str(home),
+        "HOME": str(base / "user"),
+        "TMPDIR": str(base / "tmp"),
+        "NO_COLOR": "1",
+        "COLUMNS": "200",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     env.pop("DESKSIDE_DEBUG", None)
-    t0 = time.monotonic()
+    limit = float(case.get("limit", TIME_LIMIT))
+    spec = {
+        "base": str(base),
+        "root": str(root),
+        "argv": [a.replace("{here}", str(root)) for a in case["args"]],
+        "env": env,
+        "stdin": case.get("stdin", ""),
+        "limit": limit,
+        "memory": _size(case.get("memory", MEMORY)),
+        "result": str(base / "result.json"),
+        "fill": case.get("fill", []),
+        **{k: case[k] for k in SANDBOX_KEYS if k in case},
+    }
+    (base / "spec.json").write_text(json.dumps(spec))
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "deskside.cli", *args],
+        subprocess.run(
+            [*UNSHARE, sys.executable, str(HERE / "sandbox.py"), str(base / "spec.json")],
             capture_output=True,
-            text=True,
-            errors="replace",
-            env=env,
-            cwd=root,
-            input=case.get("stdin", ""),
-            timeout=TIME_LIMIT * 3,
+            timeout=limit * 3 + 30,
+            check=False,
         )
-    except subprocess.TimeoutExpired:
-        return Ran(seconds=time.monotonic() - t0)
-    return Ran(done.stdout + done.stderr, done.returncode, time.monotonic() - t0)
+        seen = json.loads((base / "result.json").read_text())
+    except (subprocess.TimeoutExpired, OSError, ValueError) as exc:
+        return Ran(sandbox_error=f"the sandbox did not report: {exc}")
+    return Ran(
+        seen["output"],
+        seen["returncode"],
+        seen["seconds"],
+        dead=seen.get("dead", []),
+        changed=seen.get("changed", []),
+        leaked=seen.get("leaked", []),
+        remained=seen.get("remained", []),
+        sandbox_error=seen.get("sandbox_error"),
+        limit=limit,
+    )
 
 
 def case_id(folder: Path, case: dict[str, Any]) -> str:
     return f"{folder.name}/{case['name']}"
 
 
-@pytest.fixture(scope="session")
-def ran(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
-    """Every selected case, run once per session, one process per core at a time (each
-    case is one process, so its time is its own)."""
-    selected = [
-        (item.callspec.params["folder"], item.callspec.params["case"])
-        for item in request.session.items
-        if getattr(item, "originalname", None) == "test_hostile"
-    ]
-    bases = {case_id(f, c): tmp_path_factory.mktemp("hostile") for f, c in selected}
-    with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        futures = {
-            case_id(f, c): pool.submit(run_case, f, c, bases[case_id(f, c)]) for f, c in selected
-        }
-        return {key: future.result() for key, future in futures.items()}
-
-
 @pytest.mark.parametrize(("folder", "case"), cases(), ids=[case_id(f, c) for f, c in cases()])
-def test_hostile(folder: Path, case: dict[str, Any], ran: dict[str, Ran]) -> None:
-    result = ran[case_id(folder, case)]
+def test_hostile(folder: Path, case: dict[str, Any], tmp_path: Path) -> None:
+    """One case in its sandbox; the tier runs cases on two workers (`-n 2`), each case one
+    process tree, so its time is its own."""
+    result = run_case(folder, case, tmp_path)
+    assert result.sandbox_error is None, result.sandbox_error
     if result.returncode is None:
-        pytest.fail(f"no answer within {TIME_LIMIT * 3:.0f} s")
+        pytest.fail(f"no answer within {result.limit * 3:.0f} s")
     output = result.output
     assert "Traceback" not in output, output[-2000:]
     assert result.returncode == case["exit"], output[-2000:]
     assert case["contains"].lower() in output.lower(), output[-2000:]
-    assert result.seconds < TIME_LIMIT, f"{result.seconds:.1f} s"
+    assert result.seconds < result.limit, f"{result.seconds:.1f} s"
+    assert not result.dead, f"foreign processes died: {result.dead}\n{output[-2000:]}"
+    assert not result.changed, f"changed: {result.changed}\n{output[-2000:]}"
+    assert not result.leaked, f"the canary leaked into {result.leaked}"
+    assert not result.remained, f"not removed: {result.remained}\n{output[-2000:]}"

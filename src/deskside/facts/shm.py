@@ -34,8 +34,10 @@ SHM_SH = r"""
 dir=$1
 find "$dir" -mindepth 1 -maxdepth 1 -printf 'E %y %D %i %n %b %f\0' 2>/dev/null
 find -L /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -type f -printf 'H %D %i\0' 2>/dev/null
-awk '$5 != 0 && $5 ~ /^[0-9]+$/ { printf "M %s %s\0", $4, $5 }' /proc/[0-9]*/maps \
-  2>/dev/null | sort -zu
+# cat, not awk FILES: mawk stops at the first maps file it cannot open (a process that
+# ended); and mawk cuts a printf format at \0, so the records end in newlines, made NULs
+cat /proc/[0-9]*/maps 2>/dev/null \
+  | awk '$5 != 0 && $5 ~ /^[0-9]+$/ { print "M " $4 " " $5 }' | sort -u | tr '\n' '\0'
 exit 0
 """
 
@@ -124,7 +126,7 @@ REMOVE_SH = r"""
 dir=$1; shift
 # a maps line's major:minor (hex) as stat prints st_dev (the kernel's new_encode_dev)
 held=$( { find -L /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -type f -printf '%D:%i\n'
-  awk '$5 != 0 { print $4, $5 }' /proc/[0-9]*/maps | sort -u | while read -r d i; do
+  cat /proc/[0-9]*/maps | awk '$5 != 0 { print $4, $5 }' | sort -u | while read -r d i; do
     ma=$((0x${d%%:*})); mi=$((0x${d#*:}))
     printf '%d:%s\n' "$(( (mi & 255) | (ma << 8) | ((mi & ~255) << 12) ))" "$i"; done
 } 2>/dev/null | sort -u)

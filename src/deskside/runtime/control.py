@@ -277,6 +277,16 @@ class Control:
         r = t.run(self.alive_command(), timeout=60)
         return r.ok and (self.runtime != "container" or bool(r.stdout.strip()))
 
+    def judged(self, t: Transport, state: NodeState) -> Verdict | None:
+        """The process table's verdict on the process `state` names (process control
+        with a pid and a readable table), else None."""
+        if self.kind != "process" or state.pid is None:
+            return None
+        try:
+            return self.verdict(t, state)
+        except TableUnread:
+            return None
+
     def stats(self, t: Transport, state: NodeState) -> tuple[int, int]:
         """(processes, RSS bytes) of the engine (process control; 0, 0 otherwise)."""
         if self.kind != "process" or state.pid is None:

@@ -121,7 +121,11 @@ def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
     )
     if control.alive(t, state):
         processes, rss = control.stats(t, state)
-        return NodeStatus(node.name, node.role, pid, "running", rss, processes, None, services)
+        verdict = control.judged(t, state)
+        note = None
+        if verdict is not None and verdict.state == "unproven":  # the record proves nothing
+            note = f"{node.name} ({node.role}): pid {pid} runs, unproven: {verdict.reason}"
+        return NodeStatus(node.name, node.role, pid, "running", rss, processes, note, services)
     stopped = guard_stop(t, node.recipe_dir, state)
     if stopped is not None:
         reason = f"{node.name} ({node.role}): {stopped.reason()}"
@@ -130,6 +134,9 @@ def node_status(run: RunRecord, node: RunNode, t: Transport) -> NodeStatus:
     events = follower.feed(control.tail(t, state, 200).encode())
     last = next((e for e in reversed(events) if e.kind in FAILURE_EVENTS), None)
     what = f"engine of release {state.release}" if state.release else f"process {pid}"
+    verdict = control.judged(t, state)
+    if verdict is not None and verdict.state == "replaced":  # the pid was reused
+        what += f" ({verdict.reason})"
     reason = f"{node.name} ({node.role}): {what} exited" + (
         f" - {last.explanation}" if last else f"; last log line: {follower.last_line[:160]}"
     )
