@@ -32,3 +32,10 @@ def shown(text: object, *, multiline: bool = True) -> str:
     """`text` (anything not deskside's own) made safe to print with Rich markup on: its
     markup escaped and its control characters written out (see `literal`)."""
     return escape(literal(text, multiline=multiline))
+
+
+def snippet(text: object, limit: int = 200) -> str:
+    """What a server or file said, quoted in a message: one line, its control characters
+    written out, at most `limit` characters (a binary or huge answer stays short)."""
+    s = literal(" ".join(str(text).split()), multiline=False)
+    return s if len(s) <= limit else s[: limit - 3] + "..."

@@ -214,7 +214,12 @@ def main(spec_path: str) -> None:
         for i, bg in enumerate(spec.get("background", [])):
             with open(Path(base) / f"background-{i}.log", "wb") as log:
                 subprocess.Popen(
-                    [sys.executable, "-m", "deskside.cli", *[fill(a, values) for a in bg]],
+                    [
+                        sys.executable,
+                        "-m",
+                        "deskside.cli",
+                        *[fill(a.replace("{here}", root), values) for a in bg],
+                    ],
                     env=env,
                     cwd=root,
                     stdout=log,

@@ -40,6 +40,7 @@ import httpx
 from deskside.bench.models import RequestRecord
 from deskside.bench.stream_events import SLOW, TOKEN, StreamSink
 from deskside.httpclient import METRICS, Limits, async_client
+from deskside.terminal import snippet
 
 _Sink = StreamSink  # the name the tests use
 __all__ = ["SLOW", "TOKEN", "BenchClient", "StreamClient", "StreamRequest"]
@@ -397,7 +398,7 @@ class StreamClient:
         if record.error is None:
             if conn.status != 200:
                 record.error_kind = "http"
-                record.error = f"HTTP {conn.status}: {conn.error_text()[:500]}"
+                record.error = f"HTTP {conn.status}: {snippet(conn.error_text(), 500)}"
             elif sink.error is not None:
                 record.error_kind = "stream"
                 record.error = sink.error

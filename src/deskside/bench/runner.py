@@ -51,6 +51,7 @@ from deskside.bench.workload import (
     words_needed,
 )
 from deskside.errors import DesksideError, UsageError
+from deskside.terminal import snippet
 
 __all__ = ["Progress", "ProgressFn", "ServerUnreachable", "arun_bench", "run_bench"]
 
@@ -111,11 +112,11 @@ async def _choose_counter(
         reason = f"{type(exc).__name__}: {exc}"
     if config.tokenizer is None:
         raise UsageError(
-            f"the server's /tokenize is not usable ({reason[:200]})",
+            f"the server's /tokenize is not usable ({snippet(reason)})",
             hint="pass --tokenizer PATH (a tokenizer.json or its folder) to count locally",
         )
     local = LocalTokenCounter(config.tokenizer, config.endpoint)
-    notes = [f"server /tokenize not usable ({reason[:200]}); counted with {local.method}"]
+    notes = [f"server /tokenize not usable ({snippet(reason)}); counted with {local.method}"]
     if config.endpoint == "chat" and not local.chat_template_used:
         notes.append("no chat template found locally: chat prompt lengths are approximate")
     return local, Tokenization(method=local.method, exact=local.chat_template_used, notes=notes)

@@ -57,7 +57,7 @@ BLOB = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 PARTIAL = ".{}.deskside-partial"
 IDLE_SECONDS = 120.0
 AUTH_SECONDS = 10.0  # the token line must arrive whole within this, however it trickles
-MAX_CONNECTIONS = 64  # open at once; more are closed at once
+MAX_CONNECTIONS = 64  # open at once; past it the oldest one without the token is closed
 END_SECONDS = 5.0  # for every stream to finish once the receiver is done, all together
 CONNECT_SECONDS = 30.0
 
@@ -115,7 +115,8 @@ class Receiver:
         self.received = 0
         self.lock = threading.Lock()
         self.last = time.monotonic()  # when an authenticated sender last made progress
-        self.open: set[socket.socket] = set()
+        # open connections, oldest first: True once the token came
+        self.open: dict[socket.socket, bool] = {}
 
     def _line(self, rf: Any) -> bytes:
         line: bytes = rf.readline(512)
@@ -210,7 +211,7 @@ class Receiver:
             self._serve(conn)
         finally:
             with self.lock:
-                self.open.discard(conn)
+                self.open.pop(conn, None)
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -220,6 +221,9 @@ class Receiver:
         except OSError:
             conn.close()
             return
+        with self.lock:
+            if conn in self.open:
+                self.open[conn] = True
         self.last = time.monotonic()
         with conn, conn.makefile("rb") as rf:
             land = Landing()
@@ -272,9 +276,17 @@ class Receiver:
                 # no SO_RCVBUF/SO_SNDBUF: setting one caps it at net.core.rmem_max/wmem_max
                 # (about 200 KiB by default) and turns the kernel's autotuning off
                 with self.lock:
+                    if len(self.open) >= MAX_CONNECTIONS:
+                        # full: the oldest connection still without the token makes room
+                        # (a flood cannot keep the sender out); none: the new one goes
+                        waiting = next((c for c, ok in self.open.items() if not ok), None)
+                        if waiting is not None:
+                            del self.open[waiting]
+                            with contextlib.suppress(OSError):
+                                waiting.shutdown(socket.SHUT_RDWR)
                     full = len(self.open) >= MAX_CONNECTIONS
                     if not full:
-                        self.open.add(conn)
+                        self.open[conn] = False
                 if full:
                     conn.close()
                     continue

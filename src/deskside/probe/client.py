@@ -17,6 +17,7 @@ from deskside.httpclient import client as client_for
 from deskside.probe import batch, context, doors, reasoning, tools
 from deskside.probe.result import ProbeResult, clip, failed, skipped
 from deskside.probe.target import ProbeTarget
+from deskside.terminal import snippet
 
 TIMEOUT = httpx.Timeout(120.0, connect=5.0)  # each exchange in all (httpclient.within)
 LONG_TIMEOUT = httpx.Timeout(900.0, connect=5.0)  # a prefill of max_model_len tokens
@@ -42,7 +43,7 @@ def post(
     try:
         return r.status_code, r.json(), ""
     except (ValueError, RecursionError):
-        return r.status_code, r.text, r.text[:200]
+        return r.status_code, r.text, snippet(r.text)
 
 
 def require_up(client: httpx.Client, target: ProbeTarget) -> None:

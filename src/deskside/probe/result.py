@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from deskside.terminal import snippet
+
 Verdict = Literal["PASS", "FAIL", "SKIPPED"]
 
 
@@ -32,8 +34,7 @@ def skipped(name: str, detail: str) -> ProbeResult:
 
 def clip(text: object, limit: int = 120) -> str:
     """`text` on one line, at most `limit` characters (for details)."""
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
+    return snippet(text, limit)
 
 
 def error_message(body: object) -> str:
