@@ -226,6 +226,9 @@ class FakeHost(FakeTransport):
                 data = self.files.get(log, b"")
                 text = f"{self.table()}size={len(data)}\n" + data[off:].decode()
                 return Result(0, text, "")
+            if script == node_sh.TAIL_SH:  # path, lines, bytes, root
+                lines = self.files.get(args[0], b"").decode().splitlines()[-int(args[1]) :]
+                return Result(0, "".join(line + "\n" for line in lines), "")
             if script == PROCESS_IDS.script:
                 return Result(0, self.table(), "")
             if script == node_sh.STOP_SESSION_SH:
@@ -272,9 +275,6 @@ class FakeHost(FakeTransport):
             return Result(0, "\n".join(sorted(names)) + "\n", "")
         if a == ["id", "-u"]:
             return Result(0, "0\n", "")
-        if a[:2] == ["tail", "-n"]:
-            lines = self.files.get(a[4], b"").decode().splitlines()[-int(a[2]) :]
-            return Result(0, "".join(line + "\n" for line in lines), "")
         if a == ["date", "+%s"]:
             return Result(0, "1700000000\n", "")
         if a[:2] == ["docker", "ps"]:  # the running containers of a Compose project

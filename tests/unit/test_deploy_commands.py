@@ -56,7 +56,8 @@ def _poll(
     pid: int, log: str, offset: int, start: int | None = None, tag: str | None = None
 ) -> tuple[bool, int, bytes]:
     """(alive, log size, new bytes): the engine's poll, on this machine."""
-    return CONTROL.poll(LOCAL, _state(pid, start, tag).model_copy(update={"log": log}), offset)
+    control = Control("process", "native", NodeLayout.at(log.rsplit("/", 1)[0], "r"))
+    return control.poll(LOCAL, _state(pid, start, tag).model_copy(update={"log": log}), offset)
 
 
 def _stats(pid: int, start: int | None = None, tag: str | None = None) -> tuple[int, int]:

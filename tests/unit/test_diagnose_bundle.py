@@ -16,12 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deskside.diagnose import known, node, procs, stacks
+from deskside.diagnose import known, procs, stacks
 from deskside.diagnose.bundle import bundle_name, write_bundle
 from deskside.layout import ENGINE_KEY_ENV
 from deskside.records.node import NodeState
 from deskside.records.read import NODE_READ_SH
 from deskside.records.run import RunNode, RunRecord
+from deskside.runtime import node_sh
 from deskside.secrets import engine_env_path, write_secret_file
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
@@ -114,7 +115,7 @@ def answering(recipe_dir: str) -> FakeTransport:
         outputs = {
             NODE_READ_SH: _state(recipe_dir).model_dump_json(),
             known.NODE_SECRETS_SH: f"{ENGINE_KEY_ENV}={NODE_KEY}\n",
-            node.TAIL_SH: LOG,
+            node_sh.TAIL_SH: LOG,
             procs.SESSION_PIDS_SH: TABLE + "claim\n" + "\n".join(argv[4:7]),
             procs.TREE_SH: TREE,
             stacks.STACKS_SH: STACKS,

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from deskside.diagnose import node as diag_node
 from deskside.diagnose import procs
 from deskside.diagnose.node import NodeCollector
 from deskside.records.node import NodeState
 from deskside.records.read import NODE_READ_SH
 from deskside.records.run import RunNode, RunRecord
+from deskside.runtime import node_sh
 from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 
@@ -132,7 +132,7 @@ def test_a_gone_or_reused_engine_is_recorded(answer: str, why: str) -> None:
         run_tag=f"{NAME}/n0/20260101000000/engine",
         log=f"{DIR}/logs/r1.log",
     )
-    t = _transport(st, {procs.SESSION_PIDS_SH: answer, diag_node.TAIL_SH: "last words\n"})
+    t = _transport(st, {procs.SESSION_PIDS_SH: answer, node_sh.TAIL_SH: "last words\n"})
     run = _run("process", "native")
     got = _members(NodeCollector(run, run.nodes[0], t).collect())
     assert why in got["processes.txt"] and got["engine.log"] == "last words\n"
@@ -158,7 +158,7 @@ def test_the_log_tail_reads_only_deskside_s_own_files(tmp_path: object) -> None:
     (root / "linked").symlink_to(elsewhere)
 
     def tail(path: Path) -> subprocess.CompletedProcess[str]:
-        argv = ["sh", "-c", diag_node.TAIL_SH, "sh", "10", str(path), "1000", str(root)]
+        argv = node_sh.tail_file(str(path), 10, str(root), 1000)
         return subprocess.run(argv, capture_output=True, text=True)
 
     assert tail(root / "logs" / "engine.log").stdout == "a\nb\n"

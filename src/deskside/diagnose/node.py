@@ -36,6 +36,7 @@ from deskside.httpclient import METRICS, Limits, client
 from deskside.recipe.types import Recipe
 from deskside.records.node import NodeState, read_state
 from deskside.records.run import RunNode, RunRecord
+from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.nodes import control_of, login_control
 from deskside.transport.base import Result, Transport
@@ -48,19 +49,6 @@ SCRUB_MARGIN = 64 << 10  # collected beyond MAX_LOG_BYTES, longer than any secre
 COMMAND_TIMEOUT = 60.0
 HTTP_TIMEOUT = 5.0
 
-# The end of a log deskside wrote: a regular file, with no link in its path below the node's
-# folder ($4) — a link planted there would copy another file into the bundle.
-TAIL_SH = r"""
-f=$2; root=${4%/}
-case $f in "$root"/*) ;; *) echo "$f is not under $root: not read" >&2; exit 3 ;; esac
-if [ -L "$f" ] || [ ! -f "$f" ]; then echo "$f is a link or not a file: not read" >&2; exit 3; fi
-d=${f%/*}
-while [ "$d" != "$root" ]; do
-  if [ -L "$d" ]; then echo "$d is a link: not read" >&2; exit 3; fi
-  d=${d%/*}
-done
-tail -n "$1" -- "$f" | tail -c "$3"
-"""
 
 Progress = Callable[[str], None]
 
@@ -190,19 +178,10 @@ class NodeCollector:
         self.secrets += secret_values(r.stdout)
 
     def _tail(self, path: str, lines: int) -> str:
-        r = self.t.run(
-            [
-                "sh",
-                "-c",
-                TAIL_SH,
-                "sh",
-                str(lines),
-                path,
-                str(MAX_LOG_BYTES + SCRUB_MARGIN),
-                self.run.layout(self.node).recipe_dir,
-            ],
-            timeout=COMMAND_TIMEOUT,
+        argv = node_sh.tail_file(
+            path, lines, self.run.layout(self.node).recipe_dir, MAX_LOG_BYTES + SCRUB_MARGIN
         )
+        r = self.t.run(argv, timeout=COMMAND_TIMEOUT)
         return _out(self.t, r, f"reading {path}")
 
     def _command(self, argv: list[str], what: str) -> str:

@@ -2,7 +2,8 @@
 
 A record keeps the path of its recipe file; a recipe embedded in deskside is recorded as
 the file `$DESKSIDE_HOME/<name>.yaml`, which does not exist: when the recorded file is not
-there, the embedded recipe of the run's name is read again. A replica group's run gets its
+there, the embedded recipe of the run's name is read again. A recorded file that no longer loads is
+`RecipeGone` too, its content never quoted (it may be any file now). A replica group's run gets its
 group's recipe (`deskside.recipe.groups`). The recipe found must still be the recorded one
 (same name): a file that now holds another recipe, or no file at all, is `RecipeGone`,
 saying which file and what to do.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deskside.errors import DesksideError, Location, UsageError
+from deskside.errors import DesksideError, Location, RecipeError, UsageError
 from deskside.home import embedded_recipes, resolve_recipe
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
@@ -43,7 +44,19 @@ def run_recipe(
     path = Path(recipe_file or found.recipe)
     started_as = set_name or name  # the name `deskside up` was given
     if path.exists():
-        recipe, _ = resolve_recipe(path, make_model=False)
+        try:
+            recipe, _ = resolve_recipe(path, make_model=False)
+        except RecipeError:
+            if recipe_file is not None:
+                raise  # the file the user gave: its problems, located
+            # the recorded file no longer loads: say so without quoting what it holds now
+            # (it may have been replaced by any file: its text stays out of reports)
+            raise _gone(
+                f"the recipe file {path} that {name} was started from no longer loads as a "
+                "recipe (check it with `deskside validate`)",
+                path,
+                name,
+            ) from None
     elif recipe_file is None and started_as in embedded_recipes():
         recipe, path = resolve_recipe(started_as, make_model=False)
     else:

@@ -246,7 +246,7 @@ class Control:
         size: poll with a large offset to learn where the log ends without reading it."""
         if self.kind == "process":
             assert state.pid is not None and state.log is not None
-            r = t.run(node_sh.poll_process(state.log, offset), timeout=60)
+            r = t.run(node_sh.poll_process(state.log, offset, self.layout.recipe_dir), timeout=60)
             if not r.ok:
                 raise _fail(t, "reading the engine log", r)
             try:
@@ -304,7 +304,7 @@ class Control:
     def tail(self, t: Transport, state: NodeState, lines: int) -> str:
         if self.kind == "process":
             assert state.log is not None
-            r = t.run(node_sh.tail_file(state.log, lines), timeout=60)
+            r = t.run(node_sh.tail_file(state.log, lines, self.layout.recipe_dir), timeout=60)
         else:
             r = t.run(self.log_command(state, lines), timeout=60)
         return r.stdout

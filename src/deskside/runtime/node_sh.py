@@ -177,14 +177,34 @@ def stop_pid(pid: int, start: int) -> list[str]:
     return ["sh", "-c", STOP_PID_SH, "sh", str(pid), str(start)]
 
 
-# The process table and what the log at $1 grew by since byte $2: one round trip per poll.
+# A log deskside wrote, read only as a regular file with no link in its path from the
+# node's folder down (a link planted there would show another file): `own_file FILE ROOT`.
+OWN_FILE_SH = r"""
+own_file() {
+  f=$1; root=${2%/}
+  case $f in "$root"/*) ;; *) echo "$f is not under $root: not read" >&2; return 3 ;; esac
+  if [ -L "$root" ]; then echo "$root is a link: not read" >&2; return 3; fi
+  if [ -L "$f" ] || [ ! -f "$f" ]; then
+    echo "$f is a link or not a file: not read" >&2; return 3
+  fi
+  d=${f%/*}
+  while [ "$d" != "$root" ]; do
+    if [ -L "$d" ]; then echo "$d is a link: not read" >&2; return 3; fi
+    d=${d%/*}
+  done
+}
+"""
+
+# The process table and what the log at $1 grew by since byte $2 (read only when it is
+# the node's own file below $3): one round trip per poll.
 POLL_SH = (
-    "log=$1; off=$2\n"
+    "log=$1; off=$2; root=$3\n"
     + TABLE_SH
+    + OWN_FILE_SH
     + r"""
 proc_table
 size=0
-if [ -f "$log" ]; then size=$(wc -c < "$log"); fi
+if own_file "$log" "$root" 2>/dev/null; then size=$(wc -c < "$log"); fi
 size=$((size + 0))
 echo "size=$size"
 if [ "$size" -gt "$off" ]; then tail -c "+$((off + 1))" -- "$log" | head -c "$((size - off))"; fi
@@ -192,8 +212,10 @@ if [ "$size" -gt "$off" ]; then tail -c "+$((off + 1))" -- "$log" | head -c "$((
 )
 
 
-def poll_process(log: str, offset: int) -> list[str]:
-    return ["sh", "-c", POLL_SH, "sh", log, str(offset)]
+def poll_process(log: str, offset: int, root: str | None = None) -> list[str]:
+    """`POLL_SH` for the log at `log` below the node's folder `root` (default: the log's
+    own folder)."""
+    return ["sh", "-c", POLL_SH, "sh", log, str(offset), root or log.rsplit("/", 1)[0]]
 
 
 @dataclass(frozen=True)
@@ -228,5 +250,28 @@ def parse_proc_start(stdout: str) -> int | None:
     return stat.start_ticks if stat is not None else None
 
 
-def tail_file(path: str, lines: int) -> list[str]:
-    return ["tail", "-n", str(lines), "--", path]
+# The last $2 lines (at most $3 bytes) of the node's own file $1 below $4.
+TAIL_SH = (
+    OWN_FILE_SH
+    + r"""
+own_file "$1" "$4" || exit 3
+tail -n "$2" -- "$1" | tail -c "$3"
+"""
+)
+
+
+def tail_file(
+    path: str, lines: int, root: str | None = None, max_bytes: int = 1 << 20
+) -> list[str]:
+    """The end of a log deskside wrote, below the node's folder `root` (default: the
+    log's own folder): never through a link."""
+    return [
+        "sh",
+        "-c",
+        TAIL_SH,
+        "sh",
+        path,
+        str(lines),
+        str(max_bytes),
+        root or path.rsplit("/", 1)[0],
+    ]
