@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from deskside.exporter import engine
-from deskside.exporter.engine import EngineReading, Progress, parse_engine, read_engine
+from deskside.exporter.engine import EngineReading, HttpFetch, Progress, parse_engine, read_engine
 from deskside.exporter.running import EngineFinder, find_engine
 
 from .exporter_cases import ENGINE_METRICS, ENGINE_PID, PROC, environ_value, exposition_sample_sum
@@ -200,3 +200,33 @@ def test_scrape_source_refuses_links_out_of_the_tree(tmp_path: Path) -> None:
     gid.symlink_to(secret)
     with pytest.raises(SysfsTreeError, match="leading out of the tree"):
         ScrapeSource(root).read("class/infiniband/rocep1s0f0/ports/1/gids/9")
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"), [("silent", "deadline"), ("huge", "too_large"), ("garbage", "transport")]
+)
+def test_a_failed_engine_scrape_says_why(mode: str, reason: str) -> None:
+    """Against a real hostile server: down, with the reason the exposition shows."""
+    from tests.hostile_http import hostile_server
+
+    fetch = HttpFetch()
+    try:
+        with hostile_server(mode) as url:
+            r = read_engine(f"{url}/metrics", fetch)
+    finally:
+        fetch.close()
+    assert not r.up and r.error == reason
+
+
+def test_a_refused_engine_scrape_says_so() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fetch = HttpFetch()
+    try:
+        r = read_engine(f"http://127.0.0.1:{port}/metrics", fetch)
+    finally:
+        fetch.close()
+    assert not r.up and r.error == "refused"

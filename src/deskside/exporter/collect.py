@@ -248,6 +248,15 @@ class NodeCollector(Collector):
         up = _gauge(series.ENGINE_UP, "1: the engine's /metrics answered this scrape.", ["node"])
         up.add_metric(n, 1 if reading.up else 0)
         yield up
+        if reading.error is not None:
+            error = _gauge(
+                series.ENGINE_ERROR,
+                "1: why the engine's /metrics gave nothing this scrape (refused, deadline, "
+                "too_large, http_status, transport, no_answer).",
+                ["node", "reason"],
+            )
+            error.add_metric([*n, reading.error], 1)
+            yield error
         if reading.tokens is not None:
             tokens = CounterMetricFamily(
                 series.ENGINE_TOKENS,

@@ -14,6 +14,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 Fetch = Callable[[str], "str | None"]
+# why an engine scrape failed (a label value: a closed set)
+ERRORS = ("refused", "deadline", "too_large", "http_status", "transport", "no_answer")
 """URL -> the exposition text, or None when the engine does not answer."""
 
 TOKENS = "vllm:generation_tokens_total"
@@ -29,6 +31,7 @@ class EngineReading:
     tokens: float | None = None  # sum over engines and models
     running: float | None = None
     vllm_version: str | None = None  # a `version` label of a vllm:*_info series
+    error: str | None = None  # why it is down: one of ERRORS
 
 
 class HttpFetch:
@@ -42,6 +45,7 @@ class HttpFetch:
 
     def __init__(self) -> None:
         self._clients: dict[bool, Any] = {}
+        self.last_error: str | None = None  # why the last fetch got nothing (ERRORS)
 
     def _client(self, https: bool) -> Any:
         from deskside.httpclient import Limits, client
@@ -54,12 +58,26 @@ class HttpFetch:
     def __call__(self, url: str) -> str | None:
         import httpx
 
+        from deskside.httpclient import BodyTooLarge, DeadlinePassed
+
         client = self._client(url.startswith("https:"))
+        self.last_error = None
         try:
             response: httpx.Response = client.get(url)
+        except (DeadlinePassed, httpx.TimeoutException):
+            self.last_error = "deadline"
+            return None
+        except BodyTooLarge:
+            self.last_error = "too_large"
+            return None
+        except httpx.ConnectError:
+            self.last_error = "refused"
+            return None
         except httpx.HTTPError:
+            self.last_error = "transport"
             return None
         if response.status_code != 200:
+            self.last_error = "http_status"
             return None
         return response.content.decode(errors="replace")
 
@@ -112,7 +130,10 @@ def parse_engine(text: str) -> EngineReading:
 
 def read_engine(url: str, fetch: Fetch) -> EngineReading:
     text = fetch(url)
-    return EngineReading(up=False) if text is None else parse_engine(text)
+    if text is None:
+        why = getattr(fetch, "last_error", None)
+        return EngineReading(up=False, error=why if why in ERRORS else "no_answer")
+    return parse_engine(text)
 
 
 class Progress:

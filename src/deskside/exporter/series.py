@@ -34,6 +34,7 @@ GPU_TEMPERATURE = "deskside_gpu_temperature_celsius"
 
 # engine progress (from the engine's /metrics on the head; labels node)
 ENGINE_UP = "deskside_engine_up"  # 1: the engine's /metrics answered this scrape
+ENGINE_ERROR = "deskside_engine_scrape_error_info"  # 1, {reason}: why up is 0
 ENGINE_TOKENS = "deskside_engine_generation_tokens_total"  # vllm:generation_tokens_total
 ENGINE_RUNNING = "deskside_engine_requests_running"  # vllm:num_requests_running
 ENGINE_SINCE_TOKEN = "deskside_engine_seconds_since_last_token"  # while requests run
