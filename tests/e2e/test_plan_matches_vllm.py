@@ -28,12 +28,28 @@ class Case:
     tp: int = 1
     speculative: dict[str, object] | None = None
     overrides: dict[str, object] = field(default_factory=dict)
+    omit: tuple[str, ...] = ()  # keys left out of config.json: transformers' defaults apply
 
 
 CASES = [
     Case("llama-gqa", "llama", 4096),
     Case("qwen3-hd128", "qwen3", 8192),
     Case("gemma3-hybrid", "gemma3", 6144),
+    # as Gemma 3 is published: the head counts, head_dim, vocab_size and context length left
+    # to transformers' defaults (8 heads, 4 KV heads of 256, 262,208 ids, 131,072 tokens)
+    Case(
+        "gemma3-defaults",
+        "gemma3",
+        6144,
+        omit=(
+            "vocab_size",
+            "max_position_embeddings",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "query_pre_attn_scalar",
+        ),
+    ),
     # Checked where engines of that very configuration start anyway, each comparing the
     # engine's own KV line with the plan:
     # - Llama at TP=2 across two processes: both groups of local-replicas
@@ -72,6 +88,11 @@ def failure_text(logs: dict[str, str]) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kv_cache_line_matches_plan(case: Case, tmp_path: Path) -> None:
     model = write_tiny_model(case.arch, tmp_path / "model", case.overrides or None)
+    if case.omit:
+        config = json.loads((model / "config.json").read_text())
+        for key in case.omit:
+            config.pop(key)
+        (model / "config.json").write_text(json.dumps(config))
     planned = plan_model_dir(
         model,
         Overrides(

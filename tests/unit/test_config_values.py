@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -178,9 +179,14 @@ def test_a_whole_float_is_an_integer(tmp_path: Path) -> None:
     assert read(tmp_path, LLAMA, num_hidden_layers=32.0).num_hidden_layers == 32
 
 
-def test_a_missing_required_key(tmp_path: Path) -> None:
-    error = refused(tmp_path, LLAMA, vocab_size=...)
-    assert error.message == "vocab_size is missing"
+def test_a_missing_key_takes_transformers_default(tmp_path: Path) -> None:
+    # LlamaConfig's vocab_size: 32000 (the weights' embedding rows)
+    missing = read(tmp_path, LLAMA, vocab_size=...)
+    (tmp_path / "explicit").mkdir()
+    explicit = read(tmp_path / "explicit", LLAMA, vocab_size=32000)
+    assert replace(missing, notes=()) == replace(explicit, notes=())
+    assert "vocab_size = 32000" in missing.notes[-1]
+    # a key no default covers is still refused by name (compress_ratios: below)
 
 
 def test_null_counts_as_missing_for_optional_keys(tmp_path: Path) -> None:
@@ -246,7 +252,7 @@ def test_sliding_window_keys(tmp_path: Path) -> None:
         ("kv_lora_rank", -512, "kv_lora_rank is -512"),
         ("kv_lora_rank", 0, "kv_lora_rank is 0"),
         ("q_lora_rank", -1, "q_lora_rank is -1"),
-        ("qk_rope_head_dim", ..., "qk_rope_head_dim is missing"),
+        ("qk_rope_head_dim", 0, "qk_rope_head_dim is 0"),
         (
             "num_nextn_predict_layers",
             10**9,
@@ -275,7 +281,7 @@ def test_mla_values(tmp_path: Path, key: str, value: object, fragment: str) -> N
         ("o_groups", -8, "o_groups is -8"),
         ("n_routed_experts", 0, "n_routed_experts is 0"),
         ("num_experts_per_tok", 257, "num_experts_per_tok is 257; expected 1 to 256"),
-        ("sliding_window", ..., "sliding_window is missing"),
+        ("index_n_heads", ..., "index_n_heads is missing"),
     ],
 )
 def test_deepseek_v4_values(tmp_path: Path, key: str, value: object, fragment: str) -> None:

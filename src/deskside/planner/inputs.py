@@ -198,7 +198,7 @@ def plan_recipe(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -
             node_names=tuple(n.name for n in recipe.cluster.nodes),
         )
     )
-    result.assumptions[:0] = [f"model config: {source}", *notes]
+    result.assumptions[:0] = [f"model config: {source}", *arch.notes, *notes]
     return result
 
 
@@ -212,7 +212,7 @@ def plan_model_dir(model_dir: Path, o: Overrides) -> Plan:
     if req.tensor_parallel_size < 1:
         raise UsageError("--tp must be at least 1")
     result = plan(PlanInput(arch=arch, request=req, hardware=hw))
-    result.assumptions[:0] = [f"model config: {model_dir / 'config.json'}", *notes]
+    result.assumptions[:0] = [f"model config: {model_dir / 'config.json'}", *arch.notes, *notes]
     return result
 
 

@@ -6,6 +6,7 @@ model's caches, accounting and non-KV memory. Families never import this module.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from deskside.errors import ModelConfigError
@@ -14,6 +15,7 @@ from deskside.planner.families.config_values import text
 from deskside.planner.families.deepseek_v4 import DeepseekV4Family
 from deskside.planner.families.generic import GenericFamily
 from deskside.planner.families.hf_config import text_config
+from deskside.planner.families.hf_defaults import defaulted, with_defaults
 from deskside.planner.types import ModelArch
 
 FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family())
@@ -54,4 +56,13 @@ def family_named(name: str) -> Family:
 def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
     """ModelArch from a parsed config.json. Raises ModelConfigError on what it can't read."""
     family = family_for(cfg)
-    return family.read(text_config(cfg))
+    text = text_config(cfg)
+    arch = family.read(with_defaults(text))  # as transformers' config class fills it
+    filled = defaulted(text)
+    if not filled:
+        return arch
+    note = (
+        f"not in config.json, so transformers' {arch.model_type} defaults apply, as vLLM "
+        f"reads them: {', '.join(filled)}"
+    )
+    return replace(arch, notes=(*arch.notes, note))
