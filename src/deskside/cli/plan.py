@@ -41,6 +41,15 @@ def plan(
     max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
     max_num_seqs: Annotated[int | None, typer.Option()] = None,
     block_size: Annotated[int | None, typer.Option()] = None,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(
+            help="Plan for this vLLM release's accounting (default: the recipe's "
+            "engine.vllm_version, else 0.32.0). Releases 0.25 (the DSpark overlay engine) to "
+            "0.32 are modelled; another is planned with the nearest one's rules, and the plan "
+            "says so."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Plan memory exactly as vLLM will: KV blocks, tokens, concurrency, and refusals."""
@@ -61,6 +70,7 @@ def plan(
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             block_size=block_size,
+            vllm_version=vllm_version,
         )
         if device is not None and device not in ("gpu", "cpu"):
             raise UsageError(f"--device must be gpu or cpu, not {device!r}")

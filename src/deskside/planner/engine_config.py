@@ -45,6 +45,44 @@ def version_tuple(version: str) -> tuple[int, int]:
         return (0, 32)
 
 
+# The releases whose accounting the planner models, and what changed at each (the vLLM
+# function that changed it); a release outside is planned with the nearest one's rules.
+VERSION_RULES: tuple[tuple[tuple[int, int], str], ...] = (
+    (
+        (0, 25),
+        "the DSpark overlay engine (vLLM 0.25.x with Anemll's DSpark overlay): its own "
+        "DeepSeek-V4 KV layout and non-KV accounting; draft slots come off the batch budget "
+        "(VllmConfig._set_max_num_scheduled_tokens)",
+    ),
+    ((0, 26), "DeepSeek-V4 on upstream vLLM's own model code and KV cache specs"),
+    (
+        (0, 32),
+        "draft slots are charged per request, not off the batch budget "
+        "(VllmConfig._set_max_num_scheduled_tokens)",
+    ),
+)
+OLDEST_MODELED, NEWEST_MODELED = VERSION_RULES[0][0], VERSION_RULES[-1][0]
+
+
+def version_note(vllm_version: str) -> str | None:
+    """What the plan must say about planning for `vllm_version`: None for a release whose
+    rules the planner models."""
+    t = version_tuple(vllm_version)
+    span = f"{OLDEST_MODELED[0]}.{OLDEST_MODELED[1]}-{NEWEST_MODELED[0]}.{NEWEST_MODELED[1]}"
+    if t < OLDEST_MODELED:
+        nearest = OLDEST_MODELED
+        side = "older"
+    elif t > NEWEST_MODELED:
+        nearest = NEWEST_MODELED
+        side = "newer"
+    else:
+        return None
+    return (
+        f"vLLM {vllm_version} is {side} than the releases deskside models ({span}): planned "
+        f"with {nearest[0]}.{nearest[1]}'s accounting; its KV figures may differ"
+    )
+
+
 def is_dspark_overlay_engine(vllm_version: str) -> bool:
     """The DSpark overlay engine: vLLM 0.25.x with Anemll's DSpark overlay, whose
     DeepSeek-V4 KV layout and accounting differ from upstream vLLM's."""

@@ -4,6 +4,7 @@ config.json. This is the edge around the pure planner: it reads files."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from deskside.errors import ModelConfigError, UsageError
 from deskside.hardware import PROFILES, HardwareProfile, get_profile
 from deskside.hostcpu import this_machine_amx
 from deskside.planner.config_file import located, read_config_json
+from deskside.planner.engine_config import version_note
 from deskside.planner.plan import Plan, PlanInput, plan
 from deskside.planner.registry import read_arch
 from deskside.planner.types import EngineRequest, ModelArch, Speculative
@@ -35,6 +37,7 @@ class Overrides:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     block_size: int | None = None
+    vllm_version: str | None = None  # plan for this release's accounting
 
 
 def hf_cache_config(repo: str, revision: str | None) -> Path | None:
@@ -170,7 +173,17 @@ def apply_overrides(req: EngineRequest, o: Overrides) -> EngineRequest:
         changes["max_num_seqs"] = o.max_num_seqs
     if o.block_size is not None:
         changes["block_size"] = o.block_size
+    if o.vllm_version is not None:
+        if not VERSION.fullmatch(o.vllm_version):
+            raise UsageError(
+                f"--vllm-version {o.vllm_version!r} is not a vLLM release",
+                hint="give MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. 0.32.0",
+            )
+        changes["vllm_version"] = o.vllm_version
     return replace(req, **changes)
+
+
+VERSION = re.compile(r"\d{1,3}\.\d{1,3}(\.\d{1,4})?([.+-][A-Za-z0-9.+-]{1,40})?")
 
 
 def _hardware(name: str | None, device: str) -> HardwareProfile:
@@ -198,6 +211,7 @@ def plan_recipe(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -
             node_names=tuple(n.name for n in recipe.cluster.nodes),
         )
     )
+    notes += [n for n in [version_note(req.vllm_version)] if n]
     result.assumptions[:0] = [f"model config: {source}", *arch.notes, *notes]
     return result
 
@@ -212,6 +226,7 @@ def plan_model_dir(model_dir: Path, o: Overrides) -> Plan:
     if req.tensor_parallel_size < 1:
         raise UsageError("--tp must be at least 1")
     result = plan(PlanInput(arch=arch, request=req, hardware=hw))
+    notes += [n for n in [version_note(req.vllm_version)] if n]
     result.assumptions[:0] = [f"model config: {model_dir / 'config.json'}", *arch.notes, *notes]
     return result
 
