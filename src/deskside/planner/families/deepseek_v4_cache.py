@@ -25,8 +25,10 @@ from deskside.errors import UsageError
 from deskside.planner.engine_config import is_dspark_overlay_engine
 from deskside.planner.kv import (
     Accounting,
+    Capacity,
     KVGroup,
     KVSpec,
+    Limits,
     approximate_gcd,
     cdiv,
     generic_accounting,
@@ -118,6 +120,35 @@ def v4_pages(arch: ModelArch, s: EngineSettings) -> V4Pages:
     return V4Pages(c4, c128, indexer, swa, c4_state, idx_state, c128_state)
 
 
+@dataclass(frozen=True)
+class OverlayAccounting(Accounting):
+    """The DSpark overlay engine's accounting, whose capacity line counts a request's
+    blocks differently from its admission check."""
+
+    mla_page: int = 1  # the MLA group's page: its layers' pages summed
+
+    def request_blocks_for_capacity(self, limits: Limits) -> int:
+        """get_max_concurrency_for_kv_cache_config (overlay): every group's reservation in
+        bytes (its pages x its own page, UniformTypeKVCacheSpecs.max_memory_usage_bytes),
+        summed, then counted in MLA-group pages (kv_cache_groups[0].page_size_bytes),
+        rounded up. The layer count it multiplies both by cancels out."""
+        lim = self.effective_limits(limits)
+        reserved = sum(g.blocks_per_request(lim) * g.page_size_bytes for g in self.groups)
+        return cdiv(reserved, self.mla_page)
+
+    def capacity(self, limits: Limits, available: int) -> Capacity:
+        num_blocks = max(available, 0) // self.bytes_per_block
+        per_request = self.request_blocks_for_capacity(limits)
+        concurrency = num_blocks / per_request
+        return Capacity(
+            num_blocks=num_blocks,
+            bytes_per_block=self.bytes_per_block,
+            blocks_per_request=per_request,
+            max_concurrency=concurrency,
+            kv_cache_tokens=int(concurrency * limits.max_model_len),
+        )
+
+
 def dspark_overlay_accounting(specs: dict[str, KVSpec], s: EngineSettings) -> Accounting:
     """The DSpark overlay engine's KV accounting (Anemll's overlay on vLLM 0.25.2,
     kv_cache_utils._get_kv_cache_groups_uniform_groups and the DSv4 branch of
@@ -160,12 +191,13 @@ def dspark_overlay_accounting(specs: dict[str, KVSpec], s: EngineSettings) -> Ac
     t = max(largest.values())
     s_bytes = sum(set(counts(mla)))
     stride = round_up(sum(page * count for page, count in largest.items()), 64)
-    return Accounting(
+    return OverlayAccounting(
         groups=tuple(groups),
         bytes_per_block=stride,
         charge_per_block=t * s_bytes,
         reserve_null_block=False,
         in_flight_tokens=s.max_num_batched_tokens,
+        mla_page=groups[0].page_size_bytes,
     )
 
 
