@@ -264,5 +264,77 @@ def print_frontier(result: Frontier, show_all: bool) -> None:
         )
 
 
-def _search(target: Target, axes: dict[str, tuple[Any, ...]], **kw: Any) -> None:
-    raise UsageError("the SLA search is not available yet")
+def _search(
+    target: Target,
+    axes: dict[str, tuple[Any, ...]],
+    *,
+    recipe_arg: str,
+    sla: str,
+    workload: Path | None,
+    prompt_lens: str | None,
+    concurrency: str | None,
+    max_tokens: int | None,
+    requests: int | None,
+    max_starts: int,
+    max_minutes: float,
+    out_dir: Path | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    from deskside.home import is_embedded
+    from deskside.tune.frontier import frontier
+    from deskside.tune.report import write_report
+    from deskside.tune.search import Budget, Engine, Workload, load_workload, run_search
+    from deskside.tune.sla import parse_sla
+
+    levels = parse_sla(sla)
+    if workload is not None:
+        if prompt_lens or concurrency:
+            raise UsageError("give --workload or --prompt-lens/--concurrency, not both")
+        load = load_workload(workload)
+    else:
+        if not prompt_lens or not concurrency:
+            raise UsageError(
+                "the SLA search needs a workload",
+                hint="--workload FILE, or --prompt-lens 256,2048 --concurrency 1,4",
+            )
+        from deskside.tune.grid import parse_axis
+
+        load = Workload(
+            prompt_lens=list(parse_axis(prompt_lens, "--prompt-lens", int)),
+            concurrency=list(parse_axis(concurrency, "--concurrency", int)),
+            max_tokens=max_tokens or 128,
+            requests=requests,
+        )
+    if max_tokens is not None:
+        load.max_tokens = max_tokens
+    if requests is not None:
+        load.requests = requests
+    if max_starts < 1 or max_minutes <= 0:
+        raise UsageError("--max-starts and --max-minutes must be positive")
+    folder = out_dir or Path(f"tune-{target.recipe.name}")
+    front = frontier(target.recipe, target.recipe_path, axes, target=target)
+    with steps("tuning") as say:
+        engine = Engine(target, timeout, is_embedded(recipe_arg), say)
+        state = run_search(
+            target, front, levels, load, folder, Budget(max_starts, max_minutes), engine, say
+        )
+    written = write_report(state, folder)
+    if as_json:
+        emit_json({**state.model_dump(mode="json"), "files": written})
+    else:
+        _print_search(state, written)
+    if state.winner is None:
+        raise typer.Exit(1)
+
+
+def _print_search(state: Any, written: dict[str, str]) -> None:
+    from deskside.tune.report import table
+
+    out.print(table(state), markup=False, highlight=False)
+    if state.winner is None:
+        out.print("no benchmarked point met the SLA", highlight=False)
+    else:
+        out.print(f"chosen: {shown(state.winner)}", highlight=False)
+    for kind, path in written.items():
+        out.print(f"[dim]wrote {kind}:[/] {shown(path)}", highlight=False)
