@@ -31,6 +31,13 @@ COMMANDS = (
         RUN,
     ),
     Entry(
+        "tune",
+        "deskside.cli.tune:tune",
+        "The feasible frontier of engine settings (planned, no engine); with --sla, "
+        "frontier points benchmarked and the best written as an overlay.",
+        RUN,
+    ),
+    Entry(
         "up",
         "deskside.cli.run:up",
         "Start every node (workers first, then the head) and wait until every served name answers.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -46,6 +47,12 @@ def up(
         ),
     ] = False,
     known_hosts: KnownHosts = None,
+    overlay: Annotated[
+        Path | None,
+        typer.Option(
+            help="Engine settings laid over the recipe (the overlay `deskside tune` writes)."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Plan, then start every node (workers first, then the head) and wait until every
@@ -61,6 +68,10 @@ def up(
 
     try:
         loaded, path = resolve_recipe(recipe)
+        if overlay is not None:
+            from deskside.recipe.overlay import apply_overlay
+
+            loaded = apply_overlay(loaded, overlay)
         runtime = runtime_for(loaded, known_hosts)
         options = UpOptions(
             known_hosts=known_hosts,

@@ -195,9 +195,16 @@ def _hardware(name: str | None, device: str) -> HardwareProfile:
 
 
 def plan_recipe(recipe: Recipe, recipe_path: Path, o: Overrides | None = None) -> Plan:
-    o = o or Overrides()
     config, source = recipe_model_config(recipe, recipe_path)
-    arch = arch_from_config(config, source)
+    return plan_recipe_arch(recipe, arch_from_config(config, source), source, o)
+
+
+def plan_recipe_arch(
+    recipe: Recipe, arch: ModelArch, source: str, o: Overrides | None = None
+) -> Plan:
+    """`plan_recipe` with the model's architecture already read from `source` (a tuner
+    plans many points of one recipe and reads its config.json once)."""
+    o = o or Overrides()
     hw = _hardware(o.hardware or recipe.head.hardware, o.device or recipe.engine.device)
     notes: list[str] = []
     req = with_cpu_features(request_from_recipe(recipe, hw, o), hw, notes)
