@@ -290,8 +290,9 @@ def test_the_runtime_reaches_no_operation_nor_command() -> None:
 @pytest.mark.parametrize(
     ("package", "allowed"),
     [
-        # operating clusters: the faces, and a diagnosis (its bundle holds the status)
-        ("deskside.operate", ("deskside.cli", "deskside.diagnose")),
+        # operating clusters: the faces, a diagnosis (its bundle holds the status) and the
+        # tuner (it starts and stops each point's engine through the run's runtime)
+        ("deskside.operate", ("deskside.cli", "deskside.diagnose", "deskside.tune")),
         # a diagnosis: the faces only (the watcher is handed its bundle by `node watch`)
         ("deskside.diagnose", ("deskside.cli",)),
         # doctor: the faces, and a diagnosis (its bundle holds doctor's findings)

@@ -112,7 +112,7 @@ def test_flagship_frontier_holds_the_articles_context_and_refuses_one_million() 
     }
     ours = by[(204_800, 0.82)]
     # the figures docs/flagship.md #10/#11 quote from `deskside plan`
-    assert ours.fits and ours.kv_cache_tokens == 283_112 and ours.max_concurrency == 1.3824
+    assert ours.fits and ours.kv_cache_tokens == 311_049 and ours.max_concurrency == 1.5188
     assert round(ours.headroom_bytes / GIB, 2) == 21.89 and ours.frontier
     assert by[(1_048_576, 0.82)].refused_by == ["vllm"]
     assert "estimated maximum model length is 623872" in str(by[(1_048_576, 0.82)].refusal)
