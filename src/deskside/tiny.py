@@ -29,8 +29,9 @@ import tempfile
 from typing import Any
 
 from deskside.errors import DesksideError
+from deskside.tiny_hybrid import nemotron_h, qwen3_next
 
-ARCHS: tuple[str, ...] = ("deepseek-v3", "llama", "qwen3", "gemma3")
+ARCHS: tuple[str, ...] = ("deepseek-v3", "llama", "qwen3", "gemma3", "qwen3-next", "nemotron-h")
 
 # Special tokens. Ids are fixed: they are added to the trainer first, in this order.
 PAD_TOKEN = "<pad>"
@@ -313,11 +314,21 @@ def _deepseek_v3(vocab_size: int) -> dict[str, Any]:
     }
 
 
+def _qwen3_next(vocab_size: int) -> dict[str, Any]:
+    return qwen3_next(_common(vocab_size))
+
+
+def _nemotron_h(vocab_size: int) -> dict[str, Any]:
+    return nemotron_h(_common(vocab_size))
+
+
 _BUILDERS = {
     "deepseek-v3": _deepseek_v3,
     "llama": _llama,
     "qwen3": _qwen3,
     "gemma3": _gemma3,
+    "qwen3-next": _qwen3_next,
+    "nemotron-h": _nemotron_h,
 }
 
 

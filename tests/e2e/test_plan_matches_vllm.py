@@ -56,6 +56,10 @@ CASES = [
             "query_pre_attn_scalar",
         ),
     ),
+    # hybrid models: gated delta net / Mamba2 layers keep a recurrent state per request,
+    # padded to the attention page (Qwen3-Next keeps block 128; Nemotron-H raises it to 256)
+    Case("qwen3-next-hybrid", "qwen3-next", 4096),
+    Case("nemotron-h-hybrid", "nemotron-h", 4096),
     # Checked where engines of that very configuration start anyway, each comparing the
     # engine's own KV line with the plan:
     # - Llama at TP=2 across two processes: both groups of local-replicas

@@ -54,7 +54,14 @@ def _digests(path: pathlib.Path) -> dict[str, str]:
 
 
 def test_archs() -> None:
-    assert tiny.ARCHS == ("deepseek-v3", "llama", "qwen3", "gemma3")
+    assert tiny.ARCHS == (
+        "deepseek-v3",
+        "llama",
+        "qwen3",
+        "gemma3",
+        "qwen3-next",
+        "nemotron-h",
+    )
 
 
 def test_writes_all_files(models: dict[str, pathlib.Path]) -> None:

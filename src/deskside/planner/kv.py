@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-SpecType = Literal["full", "mla", "sliding", "sliding_mla", "circular"]
+SpecType = Literal["full", "mla", "sliding", "sliding_mla", "circular", "mamba"]
 
 # Specs of these types share one "uniform type" (KVCacheSpecRegistry.register: MLA and
 # full attention both register FullAttentionSpec as their uniform_type_base_spec).
@@ -23,6 +23,7 @@ _UNIFORM_BASE: dict[str, str] = {
     "sliding": "sliding",
     "sliding_mla": "sliding_mla",
     "circular": "circular",
+    "mamba": "mamba",
 }
 
 
@@ -48,6 +49,7 @@ class KVSpec:
     sliding_window: int | None = None
     extra_retained_tokens: int = 0
     variant: str = ""
+    state_pages: int = 0  # MambaSpec: pages one request holds (max_memory_usage_bytes)
 
     @property
     def uniform_base(self) -> str:
@@ -77,6 +79,10 @@ def max_memory_usage_bytes(spec: KVSpec, limits: Limits) -> int:
             limits.max_model_len,
         )
         return (cdiv(tokens, spec.block_size) + 1) * spec.page_size_bytes
+    if spec.type == "mamba":
+        # MambaSpec.max_memory_usage_bytes: (2 + speculative + checkpoint) pages in
+        # mamba_cache_mode "align", (1 + speculative) otherwise; no token dependence.
+        return spec.state_pages * spec.page_size_bytes
     # CircularBufferSpec.max_memory_usage_bytes: one block per request for its lifetime.
     return spec.page_size_bytes
 
@@ -141,6 +147,14 @@ def _is_uniform_type(specs: Sequence[KVSpec]) -> bool:
             s.type in ("sliding", "sliding_mla") and s.sliding_window == first.sliding_window
             for s in specs
         )
+    if first.type == "mamba":
+        # MambaSpec.is_uniform_with_collection: same pages per request and page size
+        return all(
+            s.type == "mamba"
+            and s.state_pages == first.state_pages
+            and s.page_size_bytes == first.page_size_bytes
+            for s in specs
+        )
     return all(s.uniform_base == first.uniform_base for s in specs)
 
 
@@ -155,6 +169,9 @@ def _unify_page_size(specs: dict[str, KVSpec]) -> dict[str, KVSpec]:
     for name, spec in specs.items():
         if spec.page_size_bytes == largest:
             out[name] = spec
+        elif spec.type == "mamba":
+            # a Mamba page is set by its state shapes, not its block size: padded
+            out[name] = replace(spec, page_size_bytes=largest)
         elif largest % spec.page_size_bytes == 0:
             ratio = largest // spec.page_size_bytes
             out[name] = replace(spec, block_size=spec.block_size * ratio, page_size_bytes=largest)
@@ -265,7 +282,7 @@ def _groups_packed(specs: dict[str, KVSpec]) -> list[KVGroup] | None:
 
     def is_state_bucket(bucket: dict[str, KVSpec]) -> bool:
         first = next(iter(bucket.values()))
-        if first.type == "circular":
+        if first.type in ("circular", "mamba"):
             return True
         return repeats is None and first.type in ("sliding", "sliding_mla")
 
@@ -344,6 +361,8 @@ class Accounting:
     charge_per_block: int  # bytes the admission check charges per block of a request
     reserve_null_block: bool = True
     in_flight_tokens: int | None = None  # overrides Limits.max_in_flight_tokens
+    block_size: int | None = None  # the attention block size when the engine changed it
+    notes: tuple[str, ...] = ()  # what the plan's assumptions should say about it
 
     def effective_limits(self, limits: Limits) -> Limits:
         """The limits as this engine counts them (in-flight tokens)."""

@@ -170,7 +170,7 @@ def _kv_bytes_per_token(groups: list[KVGroup], layers: set[str]) -> int:
         sp.page_size_bytes // sp.block_size
         for g in groups
         for name, sp in zip(g.layers, g.specs, strict=True)
-        if name in layers
+        if name in layers and sp.type != "mamba"  # a recurrent state has no per-token cost
     )
 
 
@@ -288,6 +288,7 @@ def plan(inp: PlanInput) -> Plan:
             f"pipeline stages hold {pp_partitions(arch.num_hidden_layers, pp)} layers "
             "(vLLM's get_pp_indices); every rank gets the smallest stage's block count"
         )
+    assumptions.extend(acct.notes)
     assumptions.extend(data_parallel_notes(arch, split, max(st.weights for st in stages)))
     assumptions.extend(overhead.sources)
 
@@ -383,7 +384,7 @@ def plan(inp: PlanInput) -> Plan:
                 kv_bytes_per_token=_kv_bytes_per_token(
                     [g for g in groups], {n for n, x in stage_of.items() if x == st.stage}
                 ),
-                block_size=settings.block_size,
+                block_size=acct.block_size or settings.block_size,
                 num_blocks=cap.num_blocks,
                 bytes_per_block=st.acct.bytes_per_block,
                 kv_cache_tokens=cap.kv_cache_tokens,
@@ -403,7 +404,7 @@ def plan(inp: PlanInput) -> Plan:
     r0 = ranks[0]
     return Plan(
         model=_model_summary(arch, inp.weights_format),
-        engine=_engine_summary(settings, max_model_len),
+        engine=_engine_summary(settings, max_model_len, acct.block_size),
         ranks=ranks,
         memory=memory,
         kv_bytes_per_token=r0.kv_bytes_per_token,
@@ -453,7 +454,9 @@ def _model_summary(arch: ModelArch, weights_format: str | None) -> dict[str, Any
     }
 
 
-def _engine_summary(s: EngineSettings, max_model_len: int) -> dict[str, Any]:
+def _engine_summary(
+    s: EngineSettings, max_model_len: int, block_size: int | None = None
+) -> dict[str, Any]:
     return {
         "device": s.device,
         "tensor_parallel_size": s.tensor_parallel_size,
@@ -461,7 +464,7 @@ def _engine_summary(s: EngineSettings, max_model_len: int) -> dict[str, Any]:
         "data_parallel_size": s.data_parallel_size,
         "enable_expert_parallel": s.enable_expert_parallel,
         "kv_cache_dtype": s.kv_cache_dtype,
-        "block_size": s.block_size,
+        "block_size": block_size or s.block_size,
         "max_model_len": max_model_len,
         "max_num_batched_tokens": s.max_num_batched_tokens,
         "max_num_scheduled_tokens": s.max_num_scheduled_tokens,

@@ -16,9 +16,10 @@ from deskside.planner.families.deepseek_v4 import DeepseekV4Family
 from deskside.planner.families.generic import GenericFamily
 from deskside.planner.families.hf_config import text_config
 from deskside.planner.families.hf_defaults import defaulted, with_defaults
+from deskside.planner.families.hybrid import HybridFamily
 from deskside.planner.types import ModelArch
 
-FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family())
+FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family(), HybridFamily())
 
 # config.json model_type -> its family
 _BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES for t in f.model_types}

@@ -12,7 +12,8 @@ from typing import Literal
 
 from deskside.errors import ModelConfigError
 
-AttentionKind = Literal["full", "sliding", "mla", "v4"]
+# "gdn" and "mamba2": layers that keep a recurrent state per request instead of a KV cache
+AttentionKind = Literal["full", "sliding", "mla", "v4", "gdn", "mamba2"]
 
 # Bytes per element of the dtypes config.json names (torch_dtype / dtype).
 DTYPE_BYTES: dict[str, int] = {
@@ -54,6 +55,24 @@ class AttentionLayer:
     compress_ratio: int = 0  # DeepSeek-V4: tokens per compressed state (0 = window only)
     index_head_dim: int | None = None  # DeepSeek-V3.2/V4 sparse indexer key size
     is_draft: bool = False  # an MTP draft layer (only cached when speculation uses it)
+
+
+@dataclass(frozen=True)
+class RecurrentState:
+    """What one recurrent layer of a hybrid model keeps per request (before tensor
+    parallelism): a short convolution state and a recurrent (SSM) state.
+
+    Gated delta net (Qwen3-Next, Qwen3.5): key/value heads and head sizes.
+    Mamba2 (Nemotron-H): `num_v_heads` Mamba heads of `head_v_dim`, `num_k_heads` groups
+    of `head_k_dim` (ssm_state_size)."""
+
+    kind: Literal["gdn", "mamba2"]
+    num_k_heads: int  # GDN key heads / Mamba2 n_groups
+    num_v_heads: int  # GDN value heads / Mamba2 heads
+    head_k_dim: int  # GDN key head size / Mamba2 ssm_state_size
+    head_v_dim: int  # GDN value head size / Mamba2 head_dim
+    conv_kernel: int
+    ssm_cache_dtype: str = "auto"  # the SSM state dtype the model's config asks for
 
 
 @dataclass(frozen=True)
@@ -116,6 +135,7 @@ class ModelArch:
     num_mtp_layers: int = 0  # num_nextn_predict_layers
     use_mla: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    recurrent: RecurrentState | None = None  # hybrid models: the recurrent layers' state
 
     @property
     def target_layers(self) -> tuple[AttentionLayer, ...]:

@@ -43,6 +43,20 @@ READ_KEYS = (
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
+    # hybrid models' recurrent layers (Qwen3-Next / Qwen3.5 gated delta net, Nemotron-H)
+    "linear_conv_kernel_dim",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "decoder_sparse_step",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "n_groups",
+    "ssm_state_size",
+    "conv_kernel",
+    "mamba_ssm_cache_dtype",
+    "moe_shared_expert_intermediate_size",
 )
 
 
