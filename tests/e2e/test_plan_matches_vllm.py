@@ -50,6 +50,19 @@ CASES = [
             "query_pre_attn_scalar",
         ),
     ),
+    # gpt-oss: sinks, sliding (128) and full layers alternating, MoE
+    Case("gpt-oss", "gpt-oss", 4096),
+    # GLM-4.5 MoE with its MTP layer cached for speculative decoding (method mtp)
+    Case(
+        "glm4-moe-mtp",
+        "glm4-moe",
+        4096,
+        speculative={"method": "mtp", "num_speculative_tokens": 1},
+    ),
+    # Kimi K2: model_type kimi_k2, read by its architectures as DeepSeek-V3 MLA
+    Case("kimi-k2", "kimi-k2", 4096),
+    # Llama 4: chunks of 512 tokens on 3 layers, a full-attention NoPE layer
+    Case("llama4-chunked", "llama4", 16384),
     # Checked where engines of that very configuration start anyway, each comparing the
     # engine's own KV line with the plan:
     # - Llama at TP=2 across two processes: both groups of local-replicas

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-SpecType = Literal["full", "mla", "sliding", "sliding_mla", "circular"]
+SpecType = Literal["full", "mla", "sliding", "sliding_mla", "circular", "chunked"]
 
 # Specs of these types share one "uniform type" (KVCacheSpecRegistry.register: MLA and
 # full attention both register FullAttentionSpec as their uniform_type_base_spec).
@@ -23,6 +23,7 @@ _UNIFORM_BASE: dict[str, str] = {
     "sliding": "sliding",
     "sliding_mla": "sliding_mla",
     "circular": "circular",
+    "chunked": "chunked",  # ChunkedLocalAttentionSpec: uniform only with its own chunk size
 }
 
 
@@ -48,6 +49,7 @@ class KVSpec:
     sliding_window: int | None = None
     extra_retained_tokens: int = 0
     variant: str = ""
+    attention_chunk_size: int | None = None  # ChunkedLocalAttentionSpec.attention_chunk_size
 
     @property
     def uniform_base(self) -> str:
@@ -77,6 +79,13 @@ def max_memory_usage_bytes(spec: KVSpec, limits: Limits) -> int:
             limits.max_model_len,
         )
         return (cdiv(tokens, spec.block_size) + 1) * spec.page_size_bytes
+    if spec.type == "chunked":
+        # ChunkedLocalAttentionSpec.max_admission_blocks_per_request: one chunk plus the
+        # in-flight tokens, never more than max_model_len (no extra block: chunks start
+        # on chunk boundaries).
+        assert spec.attention_chunk_size is not None
+        tokens = min(spec.attention_chunk_size + limits.max_in_flight_tokens, limits.max_model_len)
+        return cdiv(tokens, spec.block_size) * spec.page_size_bytes
     # CircularBufferSpec.max_memory_usage_bytes: one block per request for its lifetime.
     return spec.page_size_bytes
 
@@ -141,6 +150,12 @@ def _is_uniform_type(specs: Sequence[KVSpec]) -> bool:
             s.type in ("sliding", "sliding_mla") and s.sliding_window == first.sliding_window
             for s in specs
         )
+    if first.type == "chunked":
+        # ChunkedLocalAttentionSpec.is_uniform_with_collection: one chunk size
+        return all(
+            s.type == "chunked" and s.attention_chunk_size == first.attention_chunk_size
+            for s in specs
+        )
     return all(s.uniform_base == first.uniform_base for s in specs)
 
 
@@ -158,7 +173,7 @@ def _unify_page_size(specs: dict[str, KVSpec]) -> dict[str, KVSpec]:
         elif largest % spec.page_size_bytes == 0:
             ratio = largest // spec.page_size_bytes
             out[name] = replace(spec, block_size=spec.block_size * ratio, page_size_bytes=largest)
-        elif spec.type in ("full", "sliding"):
+        elif spec.type in ("full", "sliding", "chunked"):
             out[name] = replace(spec, page_size_bytes=largest)
         else:
             raise ValueError(

@@ -13,12 +13,14 @@ from deskside.errors import ModelConfigError
 from deskside.planner.families.base import Family
 from deskside.planner.families.config_values import text
 from deskside.planner.families.deepseek_v4 import DeepseekV4Family
-from deskside.planner.families.generic import GenericFamily
+from deskside.planner.families.generic import LISTED_TYPES, GenericFamily
 from deskside.planner.families.hf_config import text_config
 from deskside.planner.families.hf_defaults import defaulted, with_defaults
+from deskside.planner.families.reader_choice import choose
 from deskside.planner.types import ModelArch
 
 FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family())
+GENERIC = FAMILIES[0]
 
 # config.json model_type -> its family
 _BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES for t in f.model_types}
@@ -31,16 +33,17 @@ def known_model_types() -> list[str]:
 
 
 def family_for(cfg: Mapping[str, Any]) -> Family:
-    """The family of a parsed config.json (its text config for multimodal wrappers)."""
+    """The family of a parsed config.json (its text config for multimodal wrappers): by
+    its model_type when a family lists it, else as vLLM picks the model's code (by its
+    architectures, then its fields: families.reader_choice)."""
     if not isinstance(cfg, Mapping):
         raise ModelConfigError("config.json is not a JSON object")
-    model_type = str(text(text_config(cfg), "model_type", "", name=True))
+    text_cfg = text_config(cfg)
+    model_type = str(text(text_cfg, "model_type", "", name=True))
     family = _BY_MODEL_TYPE.get(model_type)
     if family is None:
-        raise ModelConfigError(
-            f"model_type {model_type!r} is not one deskside can plan",
-            hint="known: " + ", ".join(known_model_types()),
-        )
+        choose(text_cfg, LISTED_TYPES)  # refuses what vLLM runs with caches not planned here
+        return GENERIC
     return family
 
 

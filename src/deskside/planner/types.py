@@ -12,7 +12,7 @@ from typing import Literal
 
 from deskside.errors import ModelConfigError
 
-AttentionKind = Literal["full", "sliding", "mla", "v4"]
+AttentionKind = Literal["full", "sliding", "mla", "v4", "chunked"]
 
 # Bytes per element of the dtypes config.json names (torch_dtype / dtype).
 DTYPE_BYTES: dict[str, int] = {
@@ -54,6 +54,7 @@ class AttentionLayer:
     compress_ratio: int = 0  # DeepSeek-V4: tokens per compressed state (0 = window only)
     index_head_dim: int | None = None  # DeepSeek-V3.2/V4 sparse indexer key size
     is_draft: bool = False  # an MTP draft layer (only cached when speculation uses it)
+    attention_chunk_size: int | None = None  # chunked local attention (Llama 4)
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class ModelArch:
     layers: tuple[AttentionLayer, ...]  # target layers then draft layers
     params: ParamCounts
     active_params: int  # parameters used per token (MoE: only the routed experts chosen)
-    weights_format: str  # bf16 | fp16 | fp8 | nvfp4 | mxfp4 | fp8+mxfp4
+    weights_format: str  # bf16 | fp16 | fp8 | nvfp4 | mxfp4 | fp8+mxfp4 | bf16+mxfp4
     moe: MoEShape | None = None
     num_mtp_layers: int = 0  # num_nextn_predict_layers
     use_mla: bool = False

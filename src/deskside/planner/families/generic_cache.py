@@ -29,6 +29,14 @@ def gqa_spec(layer: AttentionLayer, s: EngineSettings) -> KVSpec:
             sliding_window=layer.sliding_window,
             extra_retained_tokens=max(0, s.num_prefill_lookahead_tokens - 1),
         )
+    if layer.kind == "chunked" and layer.attention_chunk_size:
+        # ChunkedLocalAttention.get_kv_cache_spec: the primary block size
+        return KVSpec(
+            type="chunked",
+            block_size=s.block_size,
+            page_size_bytes=s.block_size * per_token,
+            attention_chunk_size=layer.attention_chunk_size,
+        )
     return KVSpec(type="full", block_size=s.block_size, page_size_bytes=s.block_size * per_token)
 
 
