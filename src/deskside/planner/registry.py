@@ -17,6 +17,7 @@ from deskside.planner.families.generic import LISTED_TYPES, GenericFamily
 from deskside.planner.families.hf_config import text_config
 from deskside.planner.families.hf_defaults import defaulted, with_defaults
 from deskside.planner.families.reader_choice import choose
+from deskside.planner.families.vision_tower import vision_tower_params
 from deskside.planner.types import ModelArch
 
 FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family())
@@ -61,6 +62,17 @@ def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
     family = family_for(cfg)
     text = text_config(cfg)
     arch = family.read(with_defaults(text))  # as transformers' config class fills it
+    if text is not cfg and (vision := vision_tower_params(cfg, arch.hidden_size)):
+        arch = replace(
+            arch,
+            params=replace(arch.params, vision=vision),
+            notes=(
+                *arch.notes,
+                f"the vision tower and projector ({vision / 1e6:.0f}M parameters) load beside "
+                "the language model on every GPU (split over tensor parallel); vLLM skips "
+                "them only with --limit-mm-per-prompt allowing no images",
+            ),
+        )
     filled = defaulted(text)
     if not filled:
         return arch

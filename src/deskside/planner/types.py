@@ -80,6 +80,7 @@ class ParamCounts:
     norms: int  # norms and small vectors (replicated)
     draft_layer: int = 0  # one MTP/DSpark draft layer, non-expert part
     draft_layer_experts: int = 0  # one draft layer's routed experts
+    vision: int = 0  # a multimodal model's vision tower and projector (on every PP stage)
 
     @property
     def total(self) -> int:
@@ -93,6 +94,7 @@ class ParamCounts:
             + self.shared_experts
             + self.router
             + self.norms
+            + self.vision
         )
 
 
@@ -174,6 +176,7 @@ def weight_bytes_by_part(
         "router": int(p.router * base),
         "norms": int(p.norms * base),
         "draft": int(draft_layers * (p.draft_layer * dense + p.draft_layer_experts * expert)),
+        "vision": int(p.vision * base),
     }
 
 
