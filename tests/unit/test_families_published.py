@@ -210,3 +210,44 @@ def test_gemma3_counts_its_vision_tower() -> None:
     text_only = read_arch({**GEMMA3_4B, "architectures": ["Gemma3ForCausalLM"]})
     assert arch.weight_bytes() - text_only.weight_bytes() == 2 * arch.params.vision
     assert any("vision tower" in n for n in arch.notes)
+
+
+def test_llama4_with_an_eagle_drafter_allocates_chunked_layers_as_full() -> None:
+    # VllmConfig.__post_init__: chunked local attention + use_eagle turns the hybrid KV
+    # cache manager off; unify_hybrid_kv_cache_specs then promotes chunked to full
+    from dataclasses import replace
+
+    from deskside.planner.families.generic_cache import generic_layer_specs
+    from deskside.planner.types import EngineSettings, Speculative
+
+    s = EngineSettings(
+        device="gpu",
+        tensor_parallel_size=8,
+        pipeline_parallel_size=1,
+        kv_cache_dtype="bfloat16",
+        kv_dtype_bytes=2,
+        block_size=16,
+        max_model_len=65536,
+        derived_max_model_len=10485760,
+        max_num_batched_tokens=8192,
+        max_num_seqs=256,
+        max_num_scheduled_tokens=8192,
+        gpu_memory_utilization=0.9,
+        kv_cache_memory=None,
+        speculative=None,
+        num_draft_layers=0,
+        enable_chunked_prefill=True,
+        enable_prefix_caching=True,
+        async_scheduling=False,
+        enforce_eager=False,
+        max_concurrent_batches=1,
+        vllm_version="0.32.0",
+    )
+    arch = read_arch(SCOUT)
+    plain = generic_layer_specs(arch, s)
+    assert {sp.type for sp in plain.values()} == {"chunked", "full"}
+    eagle = generic_layer_specs(arch, replace(s, speculative=Speculative("eagle", 3)))
+    assert {sp.type for sp in eagle.values()} == {"full"}
+    assert [sp.page_size_bytes for sp in eagle.values()] == [
+        sp.page_size_bytes for sp in plain.values()
+    ]
