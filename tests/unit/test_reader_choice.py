@@ -103,11 +103,9 @@ def test_a_class_vllm_has_no_code_for_plans_as_its_transformers_backend_would() 
             {"sliding_window": 512, "layer_types": ["full_attention", "sliding_attention"] * 2},
             ["full", "sliding", "full", "sliding"],
         ),
-        (
-            {"attention_chunk_size": 256, "no_rope_layers": [1, 0, 1, 1]},
-            ["chunked", "full", "chunked", "chunked"],
-        ),
-        ({"attention_chunk_size": 256}, ["chunked"] * 4),
+        # only Llama 4's code builds chunked local attention: others keep the whole context
+        ({"attention_chunk_size": 256, "no_rope_layers": [1, 0, 1, 1]}, ["full"] * 4),
+        ({"attention_chunk_size": 256}, ["full"] * 4),
         ({}, ["full"] * 4),
     ],
 )
@@ -115,6 +113,16 @@ def test_the_fields_say_which_layers_slide_or_chunk(
     fields: dict[str, Any], expected: list[str]
 ) -> None:
     assert kinds({**OLMO2, "num_hidden_layers": 4, **fields}) == expected
+
+
+def test_chunked_layers_outside_llama4_code_are_noted() -> None:
+    arch = read_arch({**OLMO2, "attention_chunk_size": 256})
+    assert any("only in Llama 4's code" in n for n in arch.notes)
+    llama4 = {**OLMO2, "architectures": ["Llama4ForCausalLM"], "model_type": "my_llama4"}
+    assert {la.kind for la in read_arch({**llama4, "attention_chunk_size": 256}).layers} == {
+        "chunked",
+        "full",
+    }
 
 
 def test_a_missing_field_is_refused_by_name_with_what_vllm_would_do() -> None:

@@ -1,8 +1,10 @@
 """A grouped-query attention model deskside has no reader of its own for, read from the
 fields vLLM's attention and MoE layers read: num_attention_heads, num_key_value_heads,
-head_dim; layer_types / attention_chunk_size / sliding_window (+ sliding_window_pattern)
-for which layers slide or chunk (attention_fields.layer_kinds_by_fields); num_experts,
-num_local_experts or n_routed_experts for MoE. Pure."""
+head_dim; layer_types / sliding_window (+ sliding_window_pattern) for which layers slide
+(attention_fields.layer_kinds_by_fields); num_experts, num_local_experts or
+n_routed_experts for MoE. Chunked local attention is Llama 4's code alone in vLLM 0.32
+(only llama4.py builds ChunkedLocalAttention; the Transformers backend slides only
+"sliding_attention" layers): any other code attends to the whole context. Pure."""
 
 from __future__ import annotations
 
@@ -36,8 +38,12 @@ def read_by_fields(cfg: Mapping[str, Any], family: str = "generic") -> tuple[Mod
     kv_heads, head_dim = head_shape(cfg, hidden, heads)
     kinds, how = layer_kinds_by_fields(cfg, n_layers)
     window = integer(cfg, "sliding_window", 0, MAX_POSITIONS, None) or None
-    chunk = integer(cfg, "attention_chunk_size", 1, MAX_POSITIONS, None)
-    layers = attention_layers(kinds, kv_heads, head_dim, window, chunk)
+    layers = attention_layers(kinds, kv_heads, head_dim, window, None)
+    if "chunked" in kinds:
+        how += (
+            "; its chunked layers keep the whole context, as vLLM builds chunked local "
+            "attention only in Llama 4's code"
+        )
 
     inter = integer(cfg, "intermediate_size", 1, MAX_INTERMEDIATE, 4 * hidden)
     expert_key = next((k for k in EXPERT_KEYS if cfg.get(k)), None)
