@@ -63,6 +63,13 @@ CASES = [
     Case("kimi-k2", "kimi-k2", 4096),
     # Llama 4: chunks of 512 tokens on 3 layers, a full-attention NoPE layer
     Case("llama4-chunked", "llama4", 16384),
+    # a model type no family lists (IBM Granite's), planned from its architectures and fields
+    Case(
+        "granite-by-fields",
+        "llama",
+        4096,
+        overrides={"architectures": ["GraniteForCausalLM"], "model_type": "granite"},
+    ),
     # Checked where engines of that very configuration start anyway, each comparing the
     # engine's own KV line with the plan:
     # - Llama at TP=2 across two processes: both groups of local-replicas
