@@ -251,3 +251,10 @@ def test_llama4_with_an_eagle_drafter_allocates_chunked_layers_as_full() -> None
     assert [sp.page_size_bytes for sp in eagle.values()] == [
         sp.page_size_bytes for sp in plain.values()
     ]
+
+
+def test_a_vision_tower_deskside_does_not_read_is_said_not_counted() -> None:
+    scout = copy.deepcopy(SCOUT)
+    scout["vision_config"] = {"hidden_size": 1408, "num_hidden_layers": 34}
+    assert any("vision tower (vision_config) is not counted" in n for n in read_arch(scout).notes)
+    assert read_arch(scout).params.vision == 0

@@ -62,7 +62,14 @@ def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
     family = family_for(cfg)
     text = text_config(cfg)
     arch = family.read(with_defaults(text))  # as transformers' config class fills it
-    if text is not cfg and (vision := vision_tower_params(cfg, arch.hidden_size)):
+    vision = vision_tower_params(cfg, arch.hidden_size) if text is not cfg else 0
+    if vision is None:
+        note = (
+            "the vision tower (vision_config) is not counted in the weights: vLLM loads it "
+            "beside the language model, so the engine holds more than the planned weights"
+        )
+        arch = replace(arch, notes=(*arch.notes, note))
+    elif vision:
         arch = replace(
             arch,
             params=replace(arch.params, vision=vision),

@@ -54,13 +54,13 @@ def siglip_params(vision: Mapping[str, Any], text_hidden: int) -> int:
 TOWERS = {"Gemma3ForConditionalGeneration": siglip_params}
 
 
-def vision_tower_params(cfg: Mapping[str, Any], text_hidden: int) -> int:
-    """Parameters of the vision tower of a multimodal config.json (the outer one), 0 when
-    it has none deskside reads."""
+def vision_tower_params(cfg: Mapping[str, Any], text_hidden: int) -> int | None:
+    """Parameters of the vision tower of a multimodal config.json (the outer one): 0 when
+    it has no vision_config, None when it has one deskside does not read."""
+    vision = mapping(cfg, "vision_config")
+    if vision is None:
+        return 0
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
     read = TOWERS.get(arch) if isinstance(arch, str) else None
-    vision = mapping(cfg, "vision_config")
-    if read is None or vision is None:
-        return 0
-    return read(vision, text_hidden)
+    return None if read is None else read(vision, text_hidden)
