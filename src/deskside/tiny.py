@@ -29,9 +29,27 @@ import tempfile
 from typing import Any
 
 from deskside.errors import DesksideError
-from deskside.tiny_hybrid import nemotron_h, qwen3_next
+from deskside.tiny_configs import (
+    BOS_ID,
+    BUILDERS,
+    EOS_ID,
+    IM_END_ID,
+    MAX_POSITION_EMBEDDINGS,
+    PAD_ID,
+)
 
-ARCHS: tuple[str, ...] = ("deepseek-v3", "llama", "qwen3", "gemma3", "qwen3-next", "nemotron-h")
+ARCHS: tuple[str, ...] = (
+    "deepseek-v3",
+    "llama",
+    "qwen3",
+    "gemma3",
+    "gpt-oss",
+    "glm4-moe",
+    "kimi-k2",
+    "llama4",
+    "qwen3-next",
+    "nemotron-h",
+)
 
 # Special tokens. Ids are fixed: they are added to the trainer first, in this order.
 PAD_TOKEN = "<pad>"
@@ -50,14 +68,12 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     THINK_START,
     THINK_END,
 )
-# The first five come first in the vocabulary; the think tokens are appended after the
-# trained BPE vocabulary (as in Qwen3), so their ids depend on the trained size.
-PAD_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID = range(5)
+# The first five come first in the vocabulary (their ids: tiny_configs.PAD_ID...); the think
+# tokens are appended after the trained BPE vocabulary (as in Qwen3), so their ids depend
+# on the trained size.
 
 TOKENIZER_VOCAB_TARGET = 2048
 """BPE training target; the trained vocabulary may be a little smaller on the tiny corpus."""
-
-MAX_POSITION_EMBEDDINGS = 32768
 
 # ChatML-style turns. `enable_thinking=false` pre-fills an empty reasoning block, as Qwen3's
 # template does, so reasoning parsers see a closed think section.
@@ -173,165 +189,6 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _common(vocab_size: int) -> dict[str, Any]:
-    return {
-        "vocab_size": vocab_size,
-        "bos_token_id": BOS_ID,
-        "eos_token_id": EOS_ID,
-        "pad_token_id": PAD_ID,
-        "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
-        "initializer_range": 0.02,
-        "use_cache": True,
-        "torch_dtype": "bfloat16",
-    }
-
-
-def _llama(vocab_size: int) -> dict[str, Any]:
-    # 4 layers x 2 KV heads x head_dim 64: 2 x 4 x 2 x 64 x 2 B = 2,048 B of KV per token (bf16).
-    return {
-        **_common(vocab_size),
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 500000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "mlp_bias": False,
-        "pretraining_tp": 1,
-        "tie_word_embeddings": False,
-    }
-
-
-def _qwen3(vocab_size: int) -> dict[str, Any]:
-    # 3 layers x 4 KV heads x head_dim 128 (q/k RMSNorm per head, as in Qwen3).
-    return {
-        **_common(vocab_size),
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 128,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "max_window_layers": 3,
-        "tie_word_embeddings": True,
-    }
-
-
-def _gemma3(vocab_size: int) -> dict[str, Any]:
-    # Text-only Gemma 3: 4 layers, 3 sliding-window (512) + 1 full attention, like the real
-    # 5:1 pattern shortened; 2 KV heads x head_dim 128.
-    return {
-        **_common(vocab_size),
-        "architectures": ["Gemma3ForCausalLM"],
-        "model_type": "gemma3_text",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 128,
-        "query_pre_attn_scalar": 128,
-        "hidden_activation": "gelu_pytorch_tanh",
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "rope_local_base_freq": 10000.0,
-        "rope_scaling": None,
-        "sliding_window": 512,
-        "layer_types": [
-            "sliding_attention",
-            "sliding_attention",
-            "sliding_attention",
-            "full_attention",
-        ],
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "attn_logit_softcapping": None,
-        "final_logit_softcapping": None,
-        "tie_word_embeddings": True,
-    }
-
-
-def _deepseek_v3(vocab_size: int) -> dict[str, Any]:
-    # MLA: latent kv_lora_rank 512 + rope 64 = 576 (the only width the CPU MLA kernel takes).
-    # 3 layers: layer 0 dense, layers 1-2 MoE (8 routed experts, 2 active, 1 shared), plus
-    # one MTP (next-n) layer for speculative decoding with method "mtp".
-    return {
-        **_common(vocab_size),
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "model_type": "deepseek_v3",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "moe_intermediate_size": 128,
-        "num_hidden_layers": 3,
-        "num_nextn_predict_layers": 1,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "q_lora_rank": 128,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 64,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 64,
-        "n_routed_experts": 8,
-        "n_shared_experts": 1,
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
-        "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
-        "routed_scaling_factor": 2.5,
-        "first_k_dense_replace": 1,
-        "moe_layer_freq": 1,
-        "ep_size": 1,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "aux_loss_alpha": 0.001,
-        "seq_aux": True,
-        "pretraining_tp": 1,
-        "tie_word_embeddings": False,
-    }
-
-
-def _qwen3_next(vocab_size: int) -> dict[str, Any]:
-    return qwen3_next(_common(vocab_size))
-
-
-def _nemotron_h(vocab_size: int) -> dict[str, Any]:
-    return nemotron_h(_common(vocab_size))
-
-
-_BUILDERS = {
-    "deepseek-v3": _deepseek_v3,
-    "llama": _llama,
-    "qwen3": _qwen3,
-    "gemma3": _gemma3,
-    "qwen3-next": _qwen3_next,
-    "nemotron-h": _nemotron_h,
-}
-
-
 def _dump(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
@@ -341,7 +198,7 @@ def model_config(
 ) -> dict[str, Any]:
     """The ``config.json`` content for ``arch`` (``overrides`` shallow-update it)."""
     try:
-        builder = _BUILDERS[arch]
+        builder = BUILDERS[arch]
     except KeyError:
         raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}") from None
     cfg = builder(vocab_size)
@@ -424,7 +281,7 @@ def write_tiny_model(
     ``config.json``'s ``vocab_size`` is the tokenizer's size rounded up to a multiple of 128
     (unless overridden). Existing files of the same names are replaced.
     """
-    if arch not in _BUILDERS:
+    if arch not in BUILDERS:
         raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -460,7 +317,7 @@ def ensure_tiny_model(arch: str, out: pathlib.Path) -> bool:
     out = pathlib.Path(out)
     if all((out / name).is_file() for name in MODEL_FILES):
         return False
-    if arch not in _BUILDERS:
+    if arch not in BUILDERS:
         raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
     try:
         out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -56,6 +56,26 @@ CASES = [
             "query_pre_attn_scalar",
         ),
     ),
+    # gpt-oss: sinks, sliding (128) and full layers alternating, MoE
+    Case("gpt-oss", "gpt-oss", 4096),
+    # GLM-4.5 MoE with its MTP layer cached for speculative decoding (method mtp)
+    Case(
+        "glm4-moe-mtp",
+        "glm4-moe",
+        4096,
+        speculative={"method": "mtp", "num_speculative_tokens": 1},
+    ),
+    # Kimi K2: model_type kimi_k2, read by its architectures as DeepSeek-V3 MLA
+    Case("kimi-k2", "kimi-k2", 4096),
+    # Llama 4: chunks of 512 tokens on 3 layers, a full-attention NoPE layer
+    Case("llama4-chunked", "llama4", 16384),
+    # a model type no family lists (IBM Granite's), planned from its architectures and fields
+    Case(
+        "granite-by-fields",
+        "llama",
+        4096,
+        overrides={"architectures": ["GraniteForCausalLM"], "model_type": "granite"},
+    ),
     # hybrid models: gated delta net / Mamba2 layers keep a recurrent state per request,
     # padded to the attention page (Qwen3-Next keeps block 128; Nemotron-H raises it to 256)
     Case("qwen3-next-hybrid", "qwen3-next", 4096),

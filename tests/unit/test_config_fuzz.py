@@ -80,8 +80,18 @@ _DEEPSEEK_V3 = model_config("deepseek-v3", TOKENIZER_VOCAB_TARGET)
 _DEEPSEEK_V4 = json.loads((ROOT / "recipes/dual-spark-deepseek-v4-flash/config.json").read_text())
 
 
+# the tiny models deskside generates for the families read by vLLM's model code
+_BY_TINY = {"gpt_oss": "gpt-oss", "glm4_moe": "glm4-moe", "llama4_text": "llama4"}
+
+
 def _seed(model_type: str) -> dict[str, Any]:
     """A valid config.json for `model_type`."""
+    if model_type in _BY_TINY:
+        return model_config(_BY_TINY[model_type], TOKENIZER_VOCAB_TARGET)
+    if model_type == "llama4":  # the multimodal wrapper: its language model in text_config
+        text = model_config("llama4", TOKENIZER_VOCAB_TARGET)
+        wrapper = ["Llama4ForConditionalGeneration"]
+        return {"model_type": "llama4", "architectures": wrapper, "text_config": text}
     if model_type.startswith("deepseek_v4"):
         return copy.deepcopy(_DEEPSEEK_V4)
     if model_type.startswith("deepseek"):
@@ -100,7 +110,20 @@ def _seed(model_type: str) -> dict[str, Any]:
 
 # Every key some family reads, and a few it does not.
 KEYS = sorted(
-    {k for t in ("llama", "qwen3_moe", "gemma3", "deepseek_v32", "deepseek_v4") for k in _seed(t)}
+    {
+        k
+        for t in (
+            "llama",
+            "qwen3_moe",
+            "gemma3",
+            "deepseek_v32",
+            "deepseek_v4",
+            "gpt_oss",
+            "glm4_moe",
+            "llama4_text",
+        )
+        for k in _seed(t)
+    }
     | {
         "head_dim",
         "layer_types",

@@ -1,8 +1,7 @@
 """Every public vLLM boot log in tests/unit/fixtures/published_logs, planned by deskside and
 held to the published figure within its rounding (docs/research/published-logs.md is the
-same table for readers). Rows of families deskside cannot read yet are collected by their
-own test, which asserts the refusal: when a family lands, that test fails and the row's
-`family_pending` flag is to be removed."""
+same table for readers). Rows the planner does not reproduce are held by their own test,
+so they stay visible."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from deskside.errors import ModelConfigError
 from deskside.hardware import get_profile
 from deskside.planner.plan import Plan, PlanInput, plan
 from deskside.planner.registry import read_arch
@@ -21,9 +19,9 @@ from deskside.planner.types import EngineRequest, ModelArch, Speculative
 ROOT = Path(__file__).parents[2]
 DATA = json.loads((ROOT / "tests/unit/fixtures/published_logs/published_logs.json").read_text())
 GIB = 1024**3
-ROWS = [r for r in DATA["rows"] if not r.get("family_pending") and r["check"] != "unexplained"]
+MIB = 1024**2
+ROWS = [r for r in DATA["rows"] if r["check"] != "unexplained"]
 UNEXPLAINED = [r for r in DATA["rows"] if r["check"] == "unexplained"]
-PENDING = [r for r in DATA["rows"] if r.get("family_pending")]
 NOMINAL_MEMORY = 64 * GIB
 
 
@@ -85,7 +83,13 @@ def test_published_figure_is_planned(row: dict[str, Any]) -> None:
     # a log without its KV memory: blocks per request do not depend on it
     p = plan_row(row, memory if memory is not None else NOMINAL_MEMORY)
     if row["check"] == "refusal":
-        assert p.refusal is not None and p.refusal.startswith(pub["refusal"]), p.refusal
+        # a memory read from the log is known to its rounding (two decimals of GiB): some
+        # memory within it must give vLLM's message word for word
+        memories = [memory]
+        if "kv_cache_memory" not in row["settings"] and memory is not None:
+            memories = [memory + step * MIB for step in range(-5, 6)]
+        refusals = [plan_row(row, m).refusal or "" for m in memories]
+        assert any(r.startswith(pub["refusal"]) for r in refusals), p.refusal
     elif row["check"] == "line":
         assert p.kv_cache_line == line(pub["kv_cache_tokens"], length, pub["max_concurrency"])
     elif row["check"] == "upper_bound":
@@ -143,12 +147,3 @@ def test_unexplained_rows_stay_unexplained(row: dict[str, Any]) -> None:
             int(n / per_request * length) == row["published"]["kv_cache_tokens"]
             for n in range(1, p.num_blocks + 1)
         ), (rules, row["unexplained"])
-
-
-@pytest.mark.parametrize("row", PENDING, ids=[r["id"] for r in PENDING])
-def test_pending_family_is_refused_today(row: dict[str, Any]) -> None:
-    """A family deskside cannot read yet is refused with a clear message. When the family
-    lands this fails: remove `family_pending` from the row (it is then planned above)."""
-    model_type = config_of(row)["model_type"]
-    with pytest.raises(ModelConfigError, match=f"model_type '{model_type}' is not one"):
-        arch_of(row)

@@ -59,6 +59,10 @@ def test_archs() -> None:
         "llama",
         "qwen3",
         "gemma3",
+        "gpt-oss",
+        "glm4-moe",
+        "kimi-k2",
+        "llama4",
         "qwen3-next",
         "nemotron-h",
     )
@@ -120,7 +124,7 @@ def test_config_common(arch: str, models: dict[str, pathlib.Path]) -> None:
     assert cfg["vocab_size"] >= tok.get_vocab_size(with_added_tokens=True)
     assert 1000 <= tok.get_vocab_size(with_added_tokens=True) <= 4096
     # TP=2 can split the KV heads (MLA is replicated per rank instead)
-    if arch != "deepseek-v3":
+    if arch not in ("deepseek-v3", "kimi-k2"):
         assert cfg["num_key_value_heads"] >= 2
         assert cfg["num_key_value_heads"] % 2 == 0
         assert cfg["num_attention_heads"] % cfg["num_key_value_heads"] == 0
@@ -167,6 +171,40 @@ def test_config_deepseek_v3(models: dict[str, pathlib.Path]) -> None:
     assert cfg["num_nextn_predict_layers"] == 1
     for key in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim", "moe_intermediate_size"):
         assert cfg[key] > 0
+
+
+def test_config_gpt_oss(models: dict[str, pathlib.Path]) -> None:
+    cfg = _config(models["gpt-oss"])
+    assert cfg["architectures"] == ["GptOssForCausalLM"]
+    # alternating sliding / full layers (vLLM slides the even ones), MoE on every layer
+    assert cfg["layer_types"][:2] == ["sliding_attention", "full_attention"]
+    assert cfg["sliding_window"] < 4096
+    assert cfg["num_experts_per_tok"] < cfg["num_local_experts"]
+
+
+def test_config_glm4_moe(models: dict[str, pathlib.Path]) -> None:
+    cfg = _config(models["glm4-moe"])
+    assert cfg["architectures"] == ["Glm4MoeForCausalLM"]
+    assert 1 <= cfg["first_k_dense_replace"] < cfg["num_hidden_layers"]
+    assert cfg["n_shared_experts"] == 1 and cfg["num_nextn_predict_layers"] == 1
+    assert cfg["partial_rotary_factor"] < 1
+
+
+def test_config_kimi_k2_is_deepseek_v3_renamed(models: dict[str, pathlib.Path]) -> None:
+    cfg = _config(models["kimi-k2"])
+    assert cfg["model_type"] == "kimi_k2"
+    assert cfg["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert {**cfg, "model_type": "deepseek_v3"} == _config(models["deepseek-v3"])
+
+
+def test_config_llama4(models: dict[str, pathlib.Path]) -> None:
+    cfg = _config(models["llama4"])
+    assert cfg["architectures"] == ["Llama4ForCausalLM"]
+    assert cfg["model_type"] == "llama4_text"
+    # chunks shorter than the e2e case's max_model_len, one global (NoPE) layer
+    assert cfg["attention_chunk_size"] < 16384
+    assert cfg["no_rope_layers"].count(0) == 1
+    assert cfg["interleave_moe_layer_step"] == 2
 
 
 def test_tokenizer_special_tokens(models: dict[str, pathlib.Path]) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
-SpecType = Literal["full", "mla", "sliding", "sliding_mla", "circular", "mamba"]
+SpecType = Literal["full", "mla", "sliding", "sliding_mla", "circular", "chunked", "mamba"]
 
 # Specs of these types share one "uniform type" (KVCacheSpecRegistry.register: MLA and
 # full attention both register FullAttentionSpec as their uniform_type_base_spec).
@@ -23,6 +23,7 @@ _UNIFORM_BASE: dict[str, str] = {
     "sliding": "sliding",
     "sliding_mla": "sliding_mla",
     "circular": "circular",
+    "chunked": "chunked",  # ChunkedLocalAttentionSpec: uniform only with its own chunk size
     "mamba": "mamba",
 }
 
@@ -50,6 +51,7 @@ class KVSpec:
     extra_retained_tokens: int = 0
     variant: str = ""
     state_pages: int = 0  # MambaSpec: pages one request holds (max_memory_usage_bytes)
+    attention_chunk_size: int | None = None  # ChunkedLocalAttentionSpec.attention_chunk_size
 
     @property
     def uniform_base(self) -> str:
@@ -83,6 +85,13 @@ def max_memory_usage_bytes(spec: KVSpec, limits: Limits) -> int:
         # MambaSpec.max_memory_usage_bytes: (2 + speculative + checkpoint) pages in
         # mamba_cache_mode "align", (1 + speculative) otherwise; no token dependence.
         return spec.state_pages * spec.page_size_bytes
+    if spec.type == "chunked":
+        # ChunkedLocalAttentionSpec.max_admission_blocks_per_request: one chunk plus the
+        # in-flight tokens, never more than max_model_len (no extra block: chunks start
+        # on chunk boundaries).
+        assert spec.attention_chunk_size is not None
+        tokens = min(spec.attention_chunk_size + limits.max_in_flight_tokens, limits.max_model_len)
+        return cdiv(tokens, spec.block_size) * spec.page_size_bytes
     # CircularBufferSpec.max_memory_usage_bytes: one block per request for its lifetime.
     return spec.page_size_bytes
 
@@ -155,6 +164,12 @@ def _is_uniform_type(specs: Sequence[KVSpec]) -> bool:
             and s.page_size_bytes == first.page_size_bytes
             for s in specs
         )
+    if first.type == "chunked":
+        # ChunkedLocalAttentionSpec.is_uniform_with_collection: one chunk size
+        return all(
+            s.type == "chunked" and s.attention_chunk_size == first.attention_chunk_size
+            for s in specs
+        )
     return all(s.uniform_base == first.uniform_base for s in specs)
 
 
@@ -175,7 +190,7 @@ def _unify_page_size(specs: dict[str, KVSpec]) -> dict[str, KVSpec]:
         elif largest % spec.page_size_bytes == 0:
             ratio = largest // spec.page_size_bytes
             out[name] = replace(spec, block_size=spec.block_size * ratio, page_size_bytes=largest)
-        elif spec.type in ("full", "sliding"):
+        elif spec.type in ("full", "sliding", "chunked"):
             out[name] = replace(spec, page_size_bytes=largest)
         else:
             raise ValueError(

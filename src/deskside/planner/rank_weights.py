@@ -89,6 +89,7 @@ def rank_weight_bytes(
         sharded = sum(parts[k] for k in layered) * share
         sharded += parts["embedding"] if stage == 0 else 0
         sharded += parts["lm_head"] + parts["draft"] if stage == pp - 1 else 0
+        sharded += parts["vision"]  # the vision tower is built on every stage
         return int(sharded / tp + (parts["router"] + parts["norms"]) * share)
     p = arch.params
     per_expert_param = parts["experts"] / p.experts if p.experts else 0.0
@@ -98,6 +99,7 @@ def rank_weight_bytes(
     sharded = (parts["attention"] + parts["dense_mlp"]) * share
     sharded += parts["embedding"] if stage == 0 else 0
     sharded += parts["lm_head"] + parts["draft"] - draft_experts if stage == pp - 1 else 0
+    sharded += parts["vision"]
     return int(sharded / tp + shared + experts + (parts["router"] + parts["norms"]) * share)
 
 

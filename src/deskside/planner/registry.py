@@ -13,13 +13,16 @@ from deskside.errors import ModelConfigError
 from deskside.planner.families.base import Family
 from deskside.planner.families.config_values import text
 from deskside.planner.families.deepseek_v4 import DeepseekV4Family
-from deskside.planner.families.generic import GenericFamily
+from deskside.planner.families.generic import LISTED_TYPES, GenericFamily
 from deskside.planner.families.hf_config import text_config
 from deskside.planner.families.hf_defaults import defaulted, with_defaults
 from deskside.planner.families.hybrid import HybridFamily
+from deskside.planner.families.reader_choice import choose
+from deskside.planner.families.vision_tower import vision_tower_params
 from deskside.planner.types import ModelArch
 
 FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family(), HybridFamily())
+GENERIC = FAMILIES[0]
 
 # config.json model_type -> its family
 _BY_MODEL_TYPE: dict[str, Family] = {t: f for f in FAMILIES for t in f.model_types}
@@ -32,16 +35,17 @@ def known_model_types() -> list[str]:
 
 
 def family_for(cfg: Mapping[str, Any]) -> Family:
-    """The family of a parsed config.json (its text config for multimodal wrappers)."""
+    """The family of a parsed config.json (its text config for multimodal wrappers): by
+    its model_type when a family lists it, else as vLLM picks the model's code (by its
+    architectures, then its fields: families.reader_choice)."""
     if not isinstance(cfg, Mapping):
         raise ModelConfigError("config.json is not a JSON object")
-    model_type = str(text(text_config(cfg), "model_type", "", name=True))
+    text_cfg = text_config(cfg)
+    model_type = str(text(text_cfg, "model_type", "", name=True))
     family = _BY_MODEL_TYPE.get(model_type)
     if family is None:
-        raise ModelConfigError(
-            f"model_type {model_type!r} is not one deskside can plan",
-            hint="known: " + ", ".join(known_model_types()),
-        )
+        choose(text_cfg, LISTED_TYPES)  # refuses what vLLM runs with caches not planned here
+        return GENERIC
     return family
 
 
@@ -59,6 +63,24 @@ def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
     family = family_for(cfg)
     text = text_config(cfg)
     arch = family.read(with_defaults(text))  # as transformers' config class fills it
+    vision = vision_tower_params(cfg, arch.hidden_size) if text is not cfg else 0
+    if vision is None:
+        note = (
+            "the vision tower (vision_config) is not counted in the weights: vLLM loads it "
+            "beside the language model, so the engine holds more than the planned weights"
+        )
+        arch = replace(arch, notes=(*arch.notes, note))
+    elif vision:
+        arch = replace(
+            arch,
+            params=replace(arch.params, vision=vision),
+            notes=(
+                *arch.notes,
+                f"the vision tower and projector ({vision / 1e6:.0f}M parameters) load beside "
+                "the language model on every GPU (split over tensor parallel); vLLM skips "
+                "them only with --limit-mm-per-prompt allowing no images",
+            ),
+        )
     filled = defaulted(text)
     if not filled:
         return arch

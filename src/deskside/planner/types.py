@@ -12,8 +12,9 @@ from typing import Literal
 
 from deskside.errors import ModelConfigError
 
-# "gdn" and "mamba2": layers that keep a recurrent state per request instead of a KV cache
-AttentionKind = Literal["full", "sliding", "mla", "v4", "gdn", "mamba2"]
+# "gdn" and "mamba2": layers that keep a recurrent state per request instead of a KV cache;
+# "chunked": chunked local attention (Llama 4)
+AttentionKind = Literal["full", "sliding", "mla", "v4", "chunked", "gdn", "mamba2"]
 
 # Bytes per element of the dtypes config.json names (torch_dtype / dtype).
 DTYPE_BYTES: dict[str, int] = {
@@ -55,6 +56,7 @@ class AttentionLayer:
     compress_ratio: int = 0  # DeepSeek-V4: tokens per compressed state (0 = window only)
     index_head_dim: int | None = None  # DeepSeek-V3.2/V4 sparse indexer key size
     is_draft: bool = False  # an MTP draft layer (only cached when speculation uses it)
+    attention_chunk_size: int | None = None  # chunked local attention (Llama 4)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class ParamCounts:
     norms: int  # norms and small vectors (replicated)
     draft_layer: int = 0  # one MTP/DSpark draft layer, non-expert part
     draft_layer_experts: int = 0  # one draft layer's routed experts
+    vision: int = 0  # a multimodal model's vision tower and projector (on every PP stage)
 
     @property
     def total(self) -> int:
@@ -111,6 +114,7 @@ class ParamCounts:
             + self.shared_experts
             + self.router
             + self.norms
+            + self.vision
         )
 
 
@@ -130,7 +134,7 @@ class ModelArch:
     layers: tuple[AttentionLayer, ...]  # target layers then draft layers
     params: ParamCounts
     active_params: int  # parameters used per token (MoE: only the routed experts chosen)
-    weights_format: str  # bf16 | fp16 | fp8 | nvfp4 | mxfp4 | fp8+mxfp4
+    weights_format: str  # bf16 | fp16 | fp8 | nvfp4 | mxfp4 | fp8+mxfp4 | bf16+mxfp4
     moe: MoEShape | None = None
     num_mtp_layers: int = 0  # num_nextn_predict_layers
     use_mla: bool = False
@@ -193,6 +197,7 @@ def weight_bytes_by_part(
         "router": int(p.router * base),
         "norms": int(p.norms * base),
         "draft": int(draft_layers * (p.draft_layer * dense + p.draft_layer_experts * expert)),
+        "vision": int(p.vision * base),
     }
 
 

@@ -1,6 +1,8 @@
 """The generic Hugging Face family: Llama, Mistral, Qwen2/3 (dense and MoE), Gemma2/3 with
-grouped-query attention, and DeepSeek V2/V3/V3.2 with MLA. vLLM sizes and groups their
-caches with its generic rules (deskside.planner.kv).
+grouped-query attention, DeepSeek V2/V3/V3.2 (and Kimi K2) with MLA, gpt-oss, GLM-4.5 MoE,
+Llama 4 with chunked local attention, and any other attention model whose config has the
+fields vLLM's attention layers read (reader_choice). vLLM sizes and groups their caches
+with its generic rules (deskside.planner.kv).
 
 The readers follow what vLLM does with the same config (which layers slide, how MLA heads
 are sized, how many draft layers MTP adds), citing the vLLM or transformers code they
@@ -10,6 +12,7 @@ mirror.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from deskside.planner.bounds import (
@@ -24,6 +27,7 @@ from deskside.planner.bounds import (
     MAX_RANK,
     MAX_SHARED_EXPERTS,
 )
+from deskside.planner.families.by_fields import read_by_fields
 from deskside.planner.families.config_values import (
     ConfigValueError,
     divisible,
@@ -34,7 +38,11 @@ from deskside.planner.families.config_values import (
     text,
 )
 from deskside.planner.families.generic_cache import generic_layer_specs
+from deskside.planner.families.glm4_moe import read_glm4_moe
+from deskside.planner.families.gpt_oss import read_gpt_oss
 from deskside.planner.families.hf_config import common_fields, weights_format
+from deskside.planner.families.llama4 import read_llama4
+from deskside.planner.families.reader_choice import BY_FIELDS, MLA_MODEL_TYPES, Choice, choose
 from deskside.planner.kv import Accounting, KVSpec, generic_accounting
 from deskside.planner.types import (
     AttentionLayer,
@@ -63,6 +71,15 @@ MODEL_TYPES: dict[str, str] = {
     "deepseek_v32": "deepseek_v32",
 }
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
+# model types with a reader of their own beyond MODEL_TYPES (other model types are read
+# by their architectures, see reader_choice)
+NAMED_TYPES: dict[str, str] = {
+    "gpt_oss": "gpt_oss",
+    "glm4_moe": "glm4_moe",
+    "llama4": "llama4",
+    "llama4_text": "llama4",
+}
+LISTED_TYPES: dict[str, str] = {**MODEL_TYPES, **NAMED_TYPES}
 
 
 def layer_types(cfg: Mapping[str, Any], family: str, n_layers: int) -> list[str]:
@@ -291,17 +308,62 @@ def generic_non_kv(arch: ModelArch, s: EngineSettings) -> NonKVEstimate:
     )
 
 
+def read_chosen(cfg: Mapping[str, Any], choice: Choice) -> ModelArch:
+    """ModelArch by the reader `choice` names."""
+    family = choice.family
+    if family in MLA_FAMILIES:
+        return read_deepseek_mla(cfg, family)
+    if family == "gpt_oss":
+        return read_gpt_oss(cfg)
+    if family == "glm4_moe":
+        return read_glm4_moe(cfg)
+    if family == "llama4":
+        return read_llama4(cfg)
+    if family != BY_FIELDS:
+        return read_gqa(cfg, family)
+    if cfg.get("kv_lora_rank") is not None:
+        model_type = str(text(cfg, "model_type", "", name=True))
+        if model_type not in MLA_MODEL_TYPES:
+            raise ConfigValueError(
+                "kv_lora_rank",
+                f"is set, but vLLM runs model_type {model_type!r} with per-head keys and "
+                "values, not MLA (is_deepseek_mla lists the MLA model types)",
+                hint=f"MLA model types: {', '.join(MLA_MODEL_TYPES)}",
+            )
+        return read_deepseek_mla(cfg, "deepseek_v3")
+    arch, how = read_by_fields(cfg)
+    return replace(arch, notes=(*arch.notes, f"layer kinds from {how}"))
+
+
+def read_any(cfg: Mapping[str, Any]) -> ModelArch:
+    """ModelArch of a config of any model type vLLM runs with attention caches: a listed
+    type by its reader, any other by its architectures and fields (reader_choice). A field
+    the reader needs and the config lacks is refused, naming it and what vLLM would do."""
+    choice = choose(cfg, LISTED_TYPES)
+    try:
+        arch = read_chosen(cfg, choice)
+    except ConfigValueError as exc:
+        if choice.note is None or exc.problem not in ("is missing", "is null"):
+            raise
+        raise ConfigValueError(
+            exc.key,
+            f"{exc.problem}: vLLM would run this model with {choice.vllm_code}, which reads "
+            f"{exc.key} from config.json too",
+            hint=f"set {exc.key} as the checkpoint's model card gives it",
+        ) from None
+    if choice.note is None:
+        return arch
+    return replace(arch, notes=(choice.note, *arch.notes))
+
+
 class GenericFamily:
     """Hugging Face models that vLLM caches with its generic attention and MLA specs."""
 
     name = "generic"
-    model_types: Mapping[str, str] = MODEL_TYPES
+    model_types: Mapping[str, str] = LISTED_TYPES
 
     def read(self, cfg: Mapping[str, Any]) -> ModelArch:
-        family = MODEL_TYPES[str(text(cfg, "model_type", "", name=True))]
-        if family in MLA_FAMILIES:
-            return read_deepseek_mla(cfg, family)
-        return read_gqa(cfg, family)
+        return read_any(cfg)
 
     def engine_defaults(self, arch: ModelArch) -> EngineDefaults:
         # CpuPlatform.check_and_update_config: without AMX tiles the reference CPU MLA

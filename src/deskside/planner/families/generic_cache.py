@@ -29,6 +29,14 @@ def gqa_spec(layer: AttentionLayer, s: EngineSettings) -> KVSpec:
             sliding_window=layer.sliding_window,
             extra_retained_tokens=max(0, s.num_prefill_lookahead_tokens - 1),
         )
+    if layer.kind == "chunked" and layer.attention_chunk_size:
+        # ChunkedLocalAttention.get_kv_cache_spec: the primary block size
+        return KVSpec(
+            type="chunked",
+            block_size=s.block_size,
+            page_size_bytes=s.block_size * per_token,
+            attention_chunk_size=layer.attention_chunk_size,
+        )
     return KVSpec(type="full", block_size=s.block_size, page_size_bytes=s.block_size * per_token)
 
 
@@ -75,4 +83,27 @@ def generic_layer_specs(arch: ModelArch, s: EngineSettings) -> dict[str, KVSpec]
                 specs[f"{prefix}.self_attn.indexer.k_cache"] = indexer_spec(layer, s)
         else:
             specs[f"{prefix}.self_attn.attn"] = gqa_spec(layer, s)
+    if s.speculative is not None and s.speculative.method in EAGLE_METHODS:
+        return full_allocation(specs)
     return specs
+
+
+# SpeculativeConfig.use_eagle: with chunked local attention these turn the hybrid KV cache
+# manager off (VllmConfig.__post_init__)
+EAGLE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+
+
+def full_allocation(specs: dict[str, KVSpec]) -> dict[str, KVSpec]:
+    """Without the hybrid KV cache manager (a chunked-attention model with an EAGLE-style
+    drafter) vLLM allocates sliding and chunked layers as full attention
+    (unify_hybrid_kv_cache_specs -> _promote_local_kv_cache_specs), when full layers are
+    there too."""
+    kinds = {sp.type for sp in specs.values()}
+    if "chunked" not in kinds or "full" not in kinds:
+        return specs
+    return {
+        name: KVSpec(type="full", block_size=sp.block_size, page_size_bytes=sp.page_size_bytes)
+        if sp.type in ("sliding", "chunked")
+        else sp
+        for name, sp in specs.items()
+    }

@@ -59,7 +59,9 @@ def weights_format(cfg: Mapping[str, Any], dtype: str) -> str:
         expert = field("expert_dtype", "moe_format")
         return "fp8+mxfp4" if "mxfp4" in expert or "fp4" in expert else "fp8"
     if method in ("mxfp4",):
-        return "mxfp4"
+        # Mxfp4Config.get_quant_method: only the routed experts are MXFP4; linear layers
+        # stay unquantized, in the checkpoint dtype
+        return ("fp16" if dtype in ("float16", "half") else "bf16") + "+mxfp4"
     if "nvfp4" in method or "nvfp4" in fmt or method == "modelopt_fp4":
         return "nvfp4"
     if method == "modelopt":

@@ -57,12 +57,26 @@ READ_KEYS = (
     "conv_kernel",
     "mamba_ssm_cache_dtype",
     "moe_shared_expert_intermediate_size",
+    "intermediate_size_mlp",
+    "interleave_moe_layer_step",
+    "attention_chunk_size",
 )
+# model types vLLM reads with another model type's config class (its _CONFIG_REGISTRY)
+CONFIG_OF: dict[str, str] = {"kimi_k2": "deepseek_v3"}
+# a default not filled when the config sets the key it names (GptOssConfig.attribute_map:
+# num_experts is num_local_experts)
+NAMES: dict[str, str] = {"num_experts": "num_local_experts"}
+
+
+def _table(cfg: Mapping[str, Any]) -> dict[str, object]:
+    model_type = str(cfg.get("model_type", ""))
+    table = DEFAULTS.get(CONFIG_OF.get(model_type, model_type), {})
+    return {k: v for k, v in table.items() if NAMES.get(k) not in cfg}
 
 
 def with_defaults(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     """`cfg` with transformers' defaults for its model_type where a key is missing."""
-    defaults = DEFAULTS.get(str(cfg.get("model_type", "")))
+    defaults = _table(cfg)
     if not defaults:
         return cfg
     return {**defaults, **cfg}
@@ -70,7 +84,7 @@ def with_defaults(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def defaulted(cfg: Mapping[str, Any]) -> list[str]:
     """`key = value` for each key `with_defaults` fills in `cfg` (for the plan's notes)."""
-    defaults = DEFAULTS.get(str(cfg.get("model_type", "")), {})
+    defaults = _table(cfg)
     return [f"{k} = {v}" for k, v in defaults.items() if k not in cfg]
 
 
