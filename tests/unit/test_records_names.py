@@ -160,6 +160,23 @@ def test_a_run_gets_its_recipe_file(tmp_path: Path) -> None:
     assert load_run_recipe(run) == got
 
 
+def test_a_run_started_with_an_overlay_gets_it_again(home: Path) -> None:
+    """`up --overlay` (a tuned point): a restart reads the recipe file and lays the recorded
+    engine settings over it again."""
+    plain = run_of("local-tiny", home / "local-tiny.yaml")
+    base, _ = run_recipe(plain)
+    tuned = plain.model_copy(
+        update={
+            "engine_overlay": {"max_model_len": 2048, "speculative": {"num_speculative_tokens": 1}}
+        }
+    )
+    got, _ = run_recipe(tuned)
+    assert base.engine.max_model_len != 2048
+    assert got.engine.max_model_len == 2048
+    assert got.engine.speculative is not None and got.engine.speculative.num_speculative_tokens == 1
+    assert got.engine.max_num_seqs == base.engine.max_num_seqs  # the rest is the file's
+
+
 def test_a_run_whose_recipe_file_is_gone(tmp_path: Path) -> None:
     run = run_of("gone", tmp_path / "gone.yaml")
     with pytest.raises(RecipeGone) as info:

@@ -68,16 +68,18 @@ def up(
 
     try:
         loaded, path = resolve_recipe(recipe)
+        engine_overlay = None
         if overlay is not None:
-            from deskside.recipe.overlay import apply_overlay
+            from deskside.recipe.overlay import read_overlay_for
 
-            loaded = apply_overlay(loaded, overlay)
+            loaded, engine_overlay = read_overlay_for(loaded, overlay)
         runtime = runtime_for(loaded, known_hosts)
         options = UpOptions(
             known_hosts=known_hosts,
             dry_run=dry_run,
             timeout=timeout,
             skip_missing_services=is_embedded(recipe),
+            engine_overlay=engine_overlay,
         )
         with run_lock(loaded.name), steps("starting") as say:
             report = runtime.up(loaded, path, options, progress=say)

@@ -208,6 +208,7 @@ def _gib(n: int) -> str:
 
 
 def print_frontier(result: Frontier, show_all: bool) -> None:
+    from rich.console import Console
     from rich.table import Table
 
     d = result.to_dict()["counts"]
@@ -256,7 +257,9 @@ def print_frontier(result: Frontier, show_all: bool) -> None:
             _gib(p.headroom_bytes),
             verdict,
         )
-    out.print(table)
+    # off a terminal (a log, a pipe) the table keeps its natural width, not 80 columns
+    wide = out if out.is_terminal else Console(file=out.file, width=240, emoji=False)
+    wide.print(table)
     refusals = sorted({p.refusal.split(". ")[0] for p in result.points if p.refusal})
     if refusals and not show_all:
         out.print(

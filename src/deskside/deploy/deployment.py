@@ -127,6 +127,7 @@ class Deployment:
                 logged_kv_cache_line=self.report.logged_kv_cache_line,
                 known_hosts=self.options.known_hosts,
                 release=release,
+                engine_overlay=self.options.engine_overlay,
                 started_at=iso(self.now()),
                 ready_at=iso(self.now()) if ready else None,
                 replica_set=recipe.replica_set,

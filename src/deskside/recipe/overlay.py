@@ -135,6 +135,12 @@ def apply_settings(recipe: Recipe, values: dict[str, Any], where: str = "overlay
 
 
 def apply_overlay(recipe: Recipe, path: Path) -> Recipe:
+    return read_overlay_for(recipe, path)[0]
+
+
+def read_overlay_for(recipe: Recipe, path: Path) -> tuple[Recipe, dict[str, Any]]:
+    """`recipe` with the overlay file at `path` laid over it, and the overlay's values
+    (kept in the run's record, so a restart lays them over the recipe file again)."""
     overlay, _, tree = read_overlay(path)
     if overlay.recipe is not None and overlay.recipe != recipe.name:
         raise single_error(
@@ -144,4 +150,5 @@ def apply_overlay(recipe: Recipe, path: Path) -> Recipe:
             f"the overlay is for recipe {overlay.recipe!r}, not {recipe.name!r}",
             "use it with the recipe it was tuned for",
         )
-    return apply_settings(recipe, overlay_values(overlay), str(path))
+    values = overlay_values(overlay)
+    return apply_settings(recipe, values, str(path)), values

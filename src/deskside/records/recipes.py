@@ -6,7 +6,8 @@ there, the embedded recipe of the run's name is read again. A recorded file that
 `RecipeGone` too, its content never quoted (it may be any file now). A replica group's run gets its
 group's recipe (`deskside.recipe.groups`). The recipe found must still be the recorded one
 (same name): a file that now holds another recipe, or no file at all, is `RecipeGone`,
-saying which file and what to do.
+saying which file and what to do. A run started with an overlay (`up --overlay`, a tune
+point) gets its recorded engine settings laid over the file again.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from deskside.errors import DesksideError, Location, RecipeError, UsageError
 from deskside.home import embedded_recipes, resolve_recipe
 from deskside.recipe.groups import group_recipes
+from deskside.recipe.overlay import apply_settings
 from deskside.recipe.types import Recipe
 from deskside.records.replica_set import SetRecord
 from deskside.records.run import RunRecord
@@ -68,6 +70,9 @@ def run_recipe(
             return one, path
     if recipe.name != name:
         raise _gone(f"{path} is now recipe {recipe.name!r}, not {name!r}", path, name)
+    if isinstance(found, RunRecord) and found.engine_overlay:
+        # the run was started with engine settings laid over the file (`up --overlay`)
+        recipe = apply_settings(recipe, dict(found.engine_overlay), f"{name}'s recorded overlay")
     return recipe, path
 
 

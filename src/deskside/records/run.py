@@ -88,6 +88,11 @@ class RunRecord(BaseModel):
     )
     replica_set: str | None = None  # a group of this replica set (its proxy fronts it)
     engine_keyed: bool | None = None  # the head's engine requires its key; None: older record
+    # engine settings laid over the recipe file (`up --overlay`, a tune point): a restart
+    # re-reads the recipe file and lays them over it again
+    engine_overlay: dict[str, int | float | str | dict[str, int]] | None = Field(
+        default=None, max_length=16
+    )
 
     @model_validator(mode="after")
     def _one_head(self) -> RunRecord:

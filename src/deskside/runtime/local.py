@@ -125,6 +125,7 @@ class LocalStart:
             started_at=_iso(now()),
             replica_set=recipe.replica_set,
             engine_keyed=recipe.engine_keyed,
+            engine_overlay=options.engine_overlay,
             nodes=[
                 RunNode(
                     name=la.node,

@@ -41,6 +41,9 @@ class UpOptions:
     http_transport: httpx.BaseTransport | None = None  # tests: an httpx.MockTransport
     skip_missing_services: bool = False  # local runs: an uninstalled service -> a note
     plan: Plan | None = None  # a run's plan made beforehand; None: the runtime plans
+    # engine settings laid over the recipe file (already in the recipe given to `up`):
+    # kept in the run's record so a restart lays them over the file again
+    engine_overlay: dict[str, Any] | None = None
 
 
 @dataclass

@@ -179,7 +179,11 @@ class Engine:
         from deskside.runtime.pipeline import UpOptions
 
         recipe = self.recipe_at(settings)
-        options = UpOptions(timeout=self.timeout, skip_missing_services=self.embedded)
+        options = UpOptions(
+            timeout=self.timeout,
+            skip_missing_services=self.embedded,
+            engine_overlay=engine_values(settings),
+        )
         with run_lock(recipe.name):
             report = runtime_for(recipe).up(recipe, self.target.recipe_path, options, self.say)
         if not report.ok:
