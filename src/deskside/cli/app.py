@@ -120,6 +120,13 @@ COMMANDS = (
         group=True,
     ),
     Entry(
+        "setup",
+        "deskside.cli.setup:setup",
+        "Day 0 on every node: the fabric link's address and MTU, SSH from the head, a GPU "
+        "clock cap; shown first, recorded, undoable.",
+        SETUP,
+    ),
+    Entry(
         "validate",
         "deskside.cli.recipe:validate",
         "Load a recipe and report its problems, located.",
