@@ -113,6 +113,13 @@ COMMANDS = (
         group=True,
     ),
     Entry(
+        "image",
+        "deskside.cli.image:app",
+        "The engine image on every node by digest: from the head over the fabric, or pulled.",
+        WORK,
+        group=True,
+    ),
+    Entry(
         "bench",
         "deskside.cli.bench:app",
         "TTFT, prefill and decode tok/s over prompt length x concurrency or request rate.",
