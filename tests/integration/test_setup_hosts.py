@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 
 from ..cli_process import deskside as run_deskside
-from ..deploy_cases import ssh_recipe_data, write_recipe
+from ..deploy_cases import ensure_tiny_model, ssh_recipe_data, write_recipe
 from ..nspawn_hosts import NspawnHost, NspawnHosts, can_run, nspawn_hosts
 
 pytestmark = pytest.mark.integration
 
 FABRIC = ("10.77.0.1", "10.77.0.2")
+EXPORTER = "deskside-day0-exporter.service"
 
 
 @dataclass
@@ -116,7 +117,11 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
         for node, address in zip(data["cluster"]["nodes"], FABRIC, strict=True):
             node["fabric"]["address"] = address
         data["cluster"]["fabric"]["mtu"] = 9000
+        # the exporter (the memory guard with guard.enforce) as a unit on every node
+        data["runtime"]["systemd"] = True
+        data["monitoring"] = {"enabled": True}
         recipe = write_recipe(base / "recipes", data)
+        ensure_tiny_model(base / "recipes")
         yield Hosts(hs, recipe, base / "home", links)
 
 
@@ -145,6 +150,17 @@ def test_setup_dry_run_apply_idempotent_reboot_undo(hosts: Hosts) -> None:
         )
         assert link(host, name)["mtu"] == 9000
         assert host.run("systemctl", "is-enabled", "systemd-networkd").stdout.strip() == "enabled"
+    for host in (h0, h1):
+        assert host.run("systemctl", "is-enabled", EXPORTER).stdout.strip() == "enabled"
+        drop_in = host.path(f"/etc/systemd/system/{EXPORTER}.d/10-deskside-setup.conf")
+        assert "ConditionPathExists=/var/lib/deskside/day0/current/" in drop_in.read_text()
+    rendered = hosts.home / "rendered"
+    r = run_deskside("render", str(hosts.recipe), "--out", str(rendered), home=hosts.home)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        h1.path(f"/etc/systemd/system/{EXPORTER}").read_bytes()
+        == (rendered / "node1" / EXPORTER).read_bytes()
+    )
     record = json.loads(h0.path("/var/lib/deskside/day0/setup.json").read_text())
     assert {w["path"] for w in record["written"]} >= {
         network[0],
@@ -185,6 +201,9 @@ def test_setup_dry_run_apply_idempotent_reboot_undo(hosts: Hosts) -> None:
             lambda h=host, n=name, a=address: addresses(h, n) == [f"{a}/24"],
             f"{address} after boot",
         )
+    for host in (h0, h1):  # enabled, and waiting for a release instead of failing
+        state = host.run("systemctl", "show", "--property=ActiveState,ConditionResult", EXPORTER)
+        assert "ActiveState=inactive" in state.stdout and "ConditionResult=no" in state.stdout
     check = hosts.cli("fabric", "check", str(hosts.recipe), "--no-bandwidth", "--json")
     assert check.returncode == 0, check.stdout + check.stderr
     gates = json.loads(check.stdout)["gates"]
@@ -206,6 +225,7 @@ def test_setup_dry_run_apply_idempotent_reboot_undo(hosts: Hosts) -> None:
         assert not host.path(path).exists()
         assert not host.path("/var/lib/deskside/day0/setup.json").exists()
         assert host.run("systemctl", "is-enabled", "systemd-networkd").stdout.strip() != "enabled"
+        assert not host.path(f"/etc/systemd/system/{EXPORTER}").exists()
     assert "deskside-day0" not in h1.path("/root/.ssh/authorized_keys").read_text()
     assert not h0.path("/root/.ssh/deskside_day0_ed25519").exists()
     nothing = hosts.cli("setup", str(hosts.recipe), "--undo", "--yes")

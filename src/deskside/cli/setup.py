@@ -96,35 +96,45 @@ def setup(
     try:
         if as_json and not (dry_run or yes):
             raise UsageError("--json makes changes only with --yes", hint="add --yes, or --dry-run")
-        loaded = resolve_recipe(recipe, make_model=False)[0]
+        loaded, path = resolve_recipe(recipe, make_model=False)
         ts = {n.name: transport_for(n, known_hosts) for n in loaded.cluster.nodes}
         if undo:
             _undo(loaded, ts, dry_run, yes, as_json)
             return
         options = options_for(loaded, mtu, prefix_length, gpu_clock)
         if as_json:
-            s = ap.survey(loaded, ts, options)
+            s = ap.survey(loaded, path, ts, options)
         else:
             with steps(f"reading {len(ts)} node(s)") as say:
-                s = ap.survey(loaded, ts, options)
+                s = ap.survey(loaded, path, ts, options)
         before = {k: _changes_dict(v) for k, v in s.changes.items()}
         if not as_json:
             _print_changes(s.changes, undo=False)
+            for note in s.notes:
+                out.print(f"[dim]note:[/] {shown(note)}", highlight=False)
         if s.problems:
             if as_json:
-                emit_json({"ok": False, "changed": False, "nodes": before})
+                emit_json({"ok": False, "changed": False, "nodes": before, "notes": s.notes})
             else:
                 out.print(f"[red]{len(s.problems)} problem(s): nothing changed[/]")
             raise typer.Exit(1)
         if s.steps == 0:
             if as_json:
-                emit_json({"ok": True, "changed": False, "nodes": before})
+                emit_json({"ok": True, "changed": False, "nodes": before, "notes": s.notes})
             else:
                 out.print("[green]nothing to change[/]: every node is as setup leaves it")
             return
         if dry_run:
             if as_json:
-                emit_json({"ok": True, "changed": False, "dry_run": True, "nodes": before})
+                emit_json(
+                    {
+                        "ok": True,
+                        "changed": False,
+                        "dry_run": True,
+                        "nodes": before,
+                        "notes": s.notes,
+                    }
+                )
             else:
                 out.print(f"dry run: {s.steps} change(s) shown, none made")
             return
@@ -137,7 +147,7 @@ def setup(
         left = after.steps
         ok = left == 0 and not after.problems
         if as_json:
-            emit_json({"ok": ok, "changed": True, "nodes": before})
+            emit_json({"ok": ok, "changed": True, "nodes": before, "notes": s.notes})
         elif ok:
             out.print(
                 f"[green]done[/]: {s.steps} change(s) made and recorded; "

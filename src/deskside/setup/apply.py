@@ -8,6 +8,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from deskside.errors import DesksideError, UsageError
 from deskside.facts.base import gather
@@ -27,6 +28,7 @@ from deskside.setup.changes import (
     undo_steps,
 )
 from deskside.setup.seen import About, Held, about, held
+from deskside.setup.services import exporter_files
 from deskside.transport.base import Transport
 
 Say = Callable[[str], None]
@@ -42,9 +44,11 @@ class Survey:
     recipe: Recipe
     options: w.Options
     changes: dict[str, NodeChanges]
+    notes: list[str] = field(default_factory=list)
     wants: dict[str, w.NodeWants] = field(default_factory=dict)
     records: dict[str, SetupRecord | None] = field(default_factory=dict)
     about: dict[str, About] = field(default_factory=dict)
+    recipe_path: Path = Path(".")
 
     @property
     def problems(self) -> list[tuple[str, str, str]]:
@@ -106,10 +110,13 @@ def _held(
     return found
 
 
-def survey(recipe: Recipe, ts: Mapping[str, Transport], options: w.Options) -> Survey:
+def survey(
+    recipe: Recipe, recipe_path: Path, ts: Mapping[str, Transport], options: w.Options
+) -> Survey:
     _check_nodes(recipe)
     found = _about(recipe, ts)
-    out = Survey(recipe, options, {})
+    services, notes = exporter_files(recipe, recipe_path)
+    out = Survey(recipe, options, {}, notes)
     out.about = found
     pre: list[tuple[str, str, str]] = []
     for n in recipe.cluster.nodes:
@@ -131,17 +138,23 @@ def survey(recipe: Recipe, ts: Mapping[str, Transport], options: w.Options) -> S
     out.records = at_once(list(ts), lambda name: read_record(ts[name], recipe))
     seen = {k: w.Seen(a.home, a.netplan, a.host_key) for k, a in found.items()}
     head = next(n for n in recipe.cluster.nodes if n.role == "head")
-    wants = {head.name: w.node_wants(recipe, head, seen, options, None)}
+    none: tuple[list[w.WantFile], list[str]] = ([], [])
+    wants = {
+        head.name: w.node_wants(recipe, head, seen, options, None, services.get(head.name, none))
+    }
     head_held = _held(ts[head.name], wants[head.name])
     for n in recipe.cluster.nodes:
         if n.name != head.name:
-            wants[n.name] = w.node_wants(recipe, n, seen, options, head_held.public_key)
+            wants[n.name] = w.node_wants(
+                recipe, n, seen, options, head_held.public_key, services.get(n.name, none)
+            )
     helds = at_once(
         [n.name for n in recipe.cluster.nodes if n.name != head.name],
         lambda name: _held(ts[name], wants[name]),
     )
     helds[head.name] = head_held
     out.wants = wants
+    out.recipe_path = recipe_path
     for n in recipe.cluster.nodes:
         out.changes[n.name] = node_changes(wants[n.name], helds[n.name], out.records[n.name])
     for node, what, fix in pre:
@@ -221,7 +234,10 @@ def _apply_step(t: Transport, s: Step, rec: _Recorder) -> None:
                 Written(path=path, sha256=_sha(t, path), what="the head's key for the workers")
             )
     elif s.kind == "enable":
-        _run(t, ["systemctl", "enable", "--now", s.path], timeout=120)
+        # networkd at once (the link is configured next); a unit ordered after
+        # network-online.target is not waited for
+        wait = [] if s.path == w.NETWORKD else ["--no-block"]
+        _run(t, ["systemctl", "enable", "--now", *wait, s.path], timeout=120)
         rec.enabled(s.path)
 
 
@@ -269,12 +285,14 @@ def apply(s: Survey, ts: Mapping[str, Transport], say: Say = _quiet) -> Survey:
     head = next(n for n in s.recipe.cluster.nodes if n.role == "head")
     _node_apply(s, ts, head.name, say)
     if any(x.kind == "keygen" for x in s.changes[head.name].steps):
-        again = survey(s.recipe, ts, s.options)  # the workers' line with the key just made
+        again = survey(
+            s.recipe, s.recipe_path, ts, s.options
+        )  # the workers' line with the key just made
         s.changes.update({k: v for k, v in again.changes.items() if k != head.name})
         s.records.update(again.records)
     workers = [n.name for n in s.recipe.cluster.nodes if n.name != head.name]
     at_once(workers, lambda name: _node_apply(s, ts, name, say))
-    return survey(s.recipe, ts, s.options)
+    return survey(s.recipe, s.recipe_path, ts, s.options)
 
 
 @dataclass

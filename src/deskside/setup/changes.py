@@ -57,8 +57,7 @@ class NodeChanges:
     @property
     def units_changed(self) -> bool:
         return any(
-            s.kind in ("write", "rewrite", "remove") and s.path.endswith(".service")
-            for s in self.steps
+            s.kind in ("write", "rewrite", "remove") and ".service" in s.path for s in self.steps
         )
 
 

@@ -121,7 +121,8 @@ def networkd_text(
     return (
         _header(recipe, node, "The fabric link")
         + f"[Match]\nName={interface}\n\n"
-        + f"[Link]\nMTUBytes={o.mtu}\n\n"
+        # a peer powered off must not hold the boot at network-online.target
+        + f"[Link]\nMTUBytes={o.mtu}\nRequiredForOnline=no\n\n"
         + f"[Network]\nAddress={address}/{o.prefix_length}\n"
         + "LinkLocalAddressing=no\nIPv6AcceptRA=no\n"
     )
@@ -220,6 +221,7 @@ def node_wants(
     seen: dict[str, Seen],
     o: Options,
     head_public_key: str | None,
+    services: tuple[list[WantFile], list[str]] = ([], []),
 ) -> NodeWants:
     """What `node` should hold. `head_public_key`: None until the head made its key
     (workers then want a placeholder line, shown in a dry run, never written)."""
@@ -271,6 +273,8 @@ def node_wants(
                 f"the head's key ({head.name}), agent forwarding off",
             )
         )
+    files += services[0]
+    units += services[1]
     if o.gpu_clock_mhz is not None:
         files.append(
             WantFile(
