@@ -157,4 +157,4 @@ def test_mismatch_refused_then_synced_by_digest(cluster: Cluster) -> None:
     assert [n["action"] for n in json.loads(again.stdout)["nodes"]] == ["already", "already"]
     up = cluster.cli("up", str(cluster.recipe), "--dry-run")
     assert up.returncode == 0, up.stdout + up.stderr
-    assert [s["name"] for s in json.loads(up.stdout)["stages"]][0] == "preflight"
+    assert "preflight" in {s["name"] for s in json.loads(up.stdout)["stages"]}

@@ -43,19 +43,21 @@ def sync(
     check each by digest afterwards: its Docker resolves the pinned reference to the head's
     image. Exits 1 when a node does not hold it."""
     from deskside.home import resolve_recipe
+    from deskside.images.sync import Source
     from deskside.images.sync import sync as run_sync
     from deskside.runtime.transports import transport_for
 
     try:
         if source not in ("head", "registry"):
             raise UsageError(f"--from must be head or registry, not {source!r}")
-        loaded = resolve_recipe(recipe, make_model=False)[0]
+        chosen: Source = "head" if source == "head" else "registry"
+        loaded, path = resolve_recipe(recipe, make_model=False)
         ts = {n.name: transport_for(n, known_hosts) for n in loaded.cluster.nodes}
         if as_json:
-            head, results = run_sync(loaded, ts, source)  # type: ignore[arg-type]
+            head, results = run_sync(loaded, ts, chosen, recipe_file=str(path))
         else:
             with steps(f"image sync from the {source}") as say:
-                head, results = run_sync(loaded, ts, source, say)  # type: ignore[arg-type]
+                head, results = run_sync(loaded, ts, chosen, say, recipe_file=str(path))
     except DesksideError as exc:
         fail(exc, as_json)
     ok = all(r.ok for r in results)

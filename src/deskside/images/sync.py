@@ -78,9 +78,14 @@ def _image(recipe: Recipe) -> str:
 
 
 def sync(
-    recipe: Recipe, ts: Mapping[str, Transport], source: Source = "head", say: Say = _quiet
+    recipe: Recipe,
+    ts: Mapping[str, Transport],
+    source: Source = "head",
+    say: Say = _quiet,
+    recipe_file: str = "RECIPE",
 ) -> tuple[NodeImage, list[NodeSync]]:
-    """Put the engine image on every node; (the head's image, each node's result)."""
+    """Put the engine image on every node; (the head's image, each node's result).
+    `recipe_file`: how the hints name the recipe."""
     image = _image(recipe)
     ref = split_ref(image)
     names = [n.name for n in recipe.cluster.nodes]
@@ -157,7 +162,7 @@ def sync(
                     f"image has no registry digest: it could not run {ref.pinned} after a copy"
                 ],
                 hints=[
-                    "let the nodes pull it: deskside image sync RECIPE --from registry",
+                    f"let the nodes pull it: deskside image sync {recipe_file} --from registry",
                     'or turn on the containerd image store there (daemon.json: "features": '
                     '{"containerd-snapshotter": true}; the default from Docker 29)',
                 ],
@@ -173,7 +178,7 @@ def sync(
                 "failed",
                 seconds=took,
                 problems=[f"the copy failed (exit {r.rc}): {r.stderr.strip()[-300:]}"],
-                hints=[f"deskside setup RECIPE gives {head} its SSH to {name}"],
+                hints=[f"deskside setup {recipe_file} gives {head} its SSH to {name}"],
             )
         after = read_image(ts[name], image)
         verdict = node_verdict(recipe, name, head_image, after)

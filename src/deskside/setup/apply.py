@@ -326,6 +326,8 @@ def _node_undo(recipe: Recipe, t: Transport, c: NodeChanges, say: Say) -> None:
             _run(t, ["systemctl", "disable", "--now", s.path], timeout=120)
         elif s.kind == "remove":
             _run(t, ["rm", "-f", "--", s.path])
+            if posixpath.dirname(s.path).endswith(".service.d"):  # setup's drop-in folder
+                t.run(["rmdir", "--", posixpath.dirname(s.path)], timeout=TIMEOUT)
             network = network or s.path.startswith((w.NETWORKD_DIR, w.NETPLAN_DIR))
         elif s.kind == "remove-line":
             old = _read_text(t, s.path)

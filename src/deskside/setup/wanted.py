@@ -110,7 +110,7 @@ def network_file(interface: str, netplan: bool) -> str:
 
 def _header(recipe: Recipe, node: Node, what: str, mark: str = "#") -> str:
     return (
-        f"{mark} {what} of node {node.name}, written by `deskside setup {recipe.name}`.\n"
+        f"{mark} {what}: node {node.name}, written by `deskside setup {recipe.name}`.\n"
         f"{mark} `deskside setup {recipe.name} --undo` removes it while it is unchanged.\n"
     )
 
@@ -265,11 +265,15 @@ def node_wants(
         )
     if node.role == "worker":
         head = next(n for n in recipe.cluster.nodes if n.role == "head")
-        public = head_public_key or f"ssh-ed25519 <the key setup makes on {head.name}> deskside"
+        line = (
+            authorized_line(head_public_key)
+            if head_public_key
+            else f"{KEY_OPTIONS} <the key setup makes on {head.name}>"  # shown, never written
+        )
         lines.append(
             WantLine(
                 authorized_keys_path(me.home),
-                authorized_line(public),
+                line,
                 f"the head's key ({head.name}), agent forwarding off",
             )
         )
