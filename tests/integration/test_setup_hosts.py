@@ -128,6 +128,14 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
 def test_setup_dry_run_apply_idempotent_reboot_undo(hosts: Hosts) -> None:
     h0, h1 = hosts.hosts.hosts
     network = [f"/etc/systemd/network/10-deskside-{name}.network" for name in hosts.links]
+    # the head's fabric address on its other port (a multi-NIC host mixed up): refused
+    mixed = ["ip", "netns", "exec", h0.name, "ip", "addr", "add", f"{FABRIC[0]}/24", "dev"]
+    subprocess.run([*mixed, h0.interface], check=True)
+    refused = hosts.cli("setup", str(hosts.recipe), "--dry-run")
+    subprocess.run([*mixed[:6], "del", f"{FABRIC[0]}/24", "dev", h0.interface], check=True)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"{FABRIC[0]} is already on {h0.interface} of node0" in refused.stdout
+    assert "nothing changed" in refused.stdout
     t0 = time.monotonic()
     dry = hosts.cli("setup", str(hosts.recipe), "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr

@@ -17,6 +17,7 @@ from deskside.images.held import NodeImage, parse_image, split_ref
 from deskside.recipe.load import load_recipe_text
 from deskside.recipe.types import Recipe
 from deskside.records.setup import SetupRecord, Written
+from deskside.setup.apply import link_problems
 from deskside.setup.changes import node_changes, undo_steps
 from deskside.setup.seen import Held, parse_about, parse_held
 from deskside.setup.wanted import Options, Seen, node_wants
@@ -179,6 +180,25 @@ def test_seen_parsers() -> None:
     assert h.units == {"x.service": "disabled"} and h.public_key == HEAD_KEY
     with pytest.raises(FactError):
         parse_held("surprise x\n")
+
+
+def test_mixed_up_interfaces_and_addresses_are_problems() -> None:
+    node = recipe().cluster.nodes[0]  # 10.0.0.1 on enp1s0f0np0
+    a = parse_about(
+        "uid=0\nhome=/root\ninterface=lo\ninterface=enp1s0f0np0\ninterface=enp1s0f1np1\n"
+        "address=enp1s0f1np1 10.0.0.1/24\naddress=lo 127.0.0.1/8\n"
+    )
+    assert a.interfaces == ("lo", "enp1s0f0np0", "enp1s0f1np1")
+    ((what, fix),) = link_problems(node, a)
+    assert what == "10.0.0.1 is already on enp1s0f1np1 of node0, the recipe puts it on enp1s0f0np0"
+    assert "ip addr del 10.0.0.1/PREFIX dev enp1s0f1np1" in fix
+    missing = parse_about("uid=0\nhome=/root\ninterface=lo\ninterface=eth0\n")
+    ((what, _),) = link_problems(node, missing)
+    assert what == "no interface enp1s0f0np0 on node0 (it has lo, eth0)"
+    right = parse_about(
+        "uid=0\nhome=/root\ninterface=enp1s0f0np0\naddress=enp1s0f0np0 10.0.0.1/24\n"
+    )
+    assert link_problems(node, right) == []
 
 
 def test_image_reference_and_fact_parser() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from deskside.errors import DesksideError, UsageError
 from deskside.facts.base import gather
 from deskside.layout import NodeLayout
-from deskside.recipe.types import Recipe
+from deskside.recipe.types import Node, Recipe
 from deskside.records.read import read_on_node
 from deskside.records.setup import MAX_SETUP_BYTES, SETUP_FILE, SetupRecord, Written
 from deskside.records.write import write_on_node
@@ -110,6 +110,35 @@ def _held(
     return found
 
 
+def link_problems(node: Node, a: About) -> list[tuple[str, str]]:
+    """The recipe's fabric interface is on the node, and its address on no other one (a
+    multi-NIC host with the addresses mixed up)."""
+    if node.fabric is None:
+        return []
+    iface, address = node.fabric.interface, str(node.fabric.address)
+    out = []
+    if a.interfaces and iface not in a.interfaces:
+        out.append(
+            (
+                f"no interface {iface} on {node.name} (it has {', '.join(a.interfaces)})",
+                "set cluster.nodes[].fabric.interface to the fabric port's name as "
+                "`ip link` shows it",
+            )
+        )
+    elsewhere = sorted({i for i, addr in a.addresses if addr == address and i != iface})
+    if elsewhere:
+        out.append(
+            (
+                f"{address} is already on {', '.join(elsewhere)} of {node.name}, the recipe "
+                f"puts it on {iface}",
+                f"check which port is cabled to the other node; remove the address from "
+                f"{', '.join(elsewhere)} (ip addr del {address}/PREFIX dev {elsewhere[0]} "
+                "and the file that sets it) or fix the recipe",
+            )
+        )
+    return out
+
+
 def survey(
     recipe: Recipe, recipe_path: Path, ts: Mapping[str, Transport], options: w.Options
 ) -> Survey:
@@ -131,6 +160,7 @@ def survey(
             )
         if not a.systemd:
             pre.append((n.name, "systemd does not run the node", "setup needs systemd"))
+        pre += [(n.name, what, fix) for what, fix in link_problems(n, a)]
         if n.role == "worker" and a.host_key is None:
             pre.append(
                 (n.name, "no /etc/ssh/ssh_host_ed25519_key.pub to pin", "ssh-keygen -A on the node")

@@ -18,6 +18,8 @@ if [ -d /run/systemd/system ]; then echo systemd=1; fi
 if command -v netplan >/dev/null 2>&1 && ls /etc/netplan/*.yaml >/dev/null 2>&1; then
   echo netplan=1
 fi
+ip -o link show 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print "interface=" $2}'
+ip -o -4 addr show 2>/dev/null | awk '{print "address=" $2 " " $4}'
 if [ -r /etc/ssh/ssh_host_ed25519_key.pub ]; then
   echo "host_key=$(head -c 400 /etc/ssh/ssh_host_ed25519_key.pub | head -n 1)"
 fi
@@ -51,13 +53,22 @@ class About:
     systemd: bool
     netplan: bool
     host_key: str | None
+    interfaces: tuple[str, ...] = ()
+    addresses: tuple[tuple[str, str], ...] = ()  # (interface, IPv4 address without prefix)
 
 
 def parse_about(text: str) -> About:
     values: dict[str, str] = {}
+    interfaces: list[str] = []
+    addresses: list[tuple[str, str]] = []
     for line in text.splitlines():
         k, sep, v = line.partition("=")
-        if sep and k not in values:
+        if k == "interface" and sep:
+            interfaces.append(v.strip())
+        elif k == "address" and sep and len(v.split()) == 2:
+            name, cidr = v.split()
+            addresses.append((name, cidr.partition("/")[0]))
+        elif sep and k not in values:
             values[k] = v.strip()
     uid, home = values.get("uid", ""), values.get("home", "")
     if not uid.isdigit() or not home.startswith("/"):
@@ -69,6 +80,8 @@ def parse_about(text: str) -> About:
         values.get("systemd") == "1",
         values.get("netplan") == "1",
         key if key and HOST_KEY.fullmatch(key) else None,
+        tuple(interfaces),
+        tuple(addresses),
     )
 
 
