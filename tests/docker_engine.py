@@ -69,9 +69,13 @@ def _wait(check: object, what: str, timeout: float = 60) -> None:
 
 
 @contextlib.contextmanager
-def docker_engine(base: Path, netns: str) -> Iterator[DockerEngine]:
+def docker_engine(
+    base: Path, netns: str, registry_root: Path | None = None
+) -> Iterator[DockerEngine]:
     """dockerd and a registry in `netns`, all state under `base` (short paths: the
-    containerd socket path must fit in 108 bytes)."""
+    containerd socket path must fit in 108 bytes). `registry_root`: the registry's storage
+    (default base/registry); engines given one root serve the same images, each on its own
+    namespace's loopback, as one registry every node reaches."""
     base.mkdir(parents=True, exist_ok=True)
     socket = base / "docker.sock"
     procs: list[subprocess.Popen[bytes]] = []
@@ -79,7 +83,7 @@ def docker_engine(base: Path, netns: str) -> Iterator[DockerEngine]:
     config = base / "registry.yml"
     config.write_text(
         "version: 0.1\n"
-        f"storage:\n  filesystem:\n    rootdirectory: {base / 'registry'}\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {registry_root or base / 'registry'}\n"
         f"http:\n  addr: {REGISTRY_ADDRESS}\n"
     )
     try:

@@ -120,11 +120,25 @@ COMMANDS = (
         group=True,
     ),
     Entry(
+        "image",
+        "deskside.cli.image:app",
+        "The engine image on every node by digest: from the head over the fabric, or pulled.",
+        WORK,
+        group=True,
+    ),
+    Entry(
         "bench",
         "deskside.cli.bench:app",
         "TTFT, prefill and decode tok/s over prompt length x concurrency or request rate.",
         WORK,
         group=True,
+    ),
+    Entry(
+        "setup",
+        "deskside.cli.setup:setup",
+        "Day 0 on every node: the fabric link's address and MTU, SSH from the head, a GPU "
+        "clock cap; shown first, recorded, undoable.",
+        SETUP,
     ),
     Entry(
         "validate",

@@ -26,6 +26,10 @@ app = typer.Typer(
 )
 
 
+KnownHostsOpt = Annotated[
+    str | None,
+    typer.Option(help="ssh: nodes: known_hosts file (default ~/.ssh/known_hosts)."),
+]
 NetnsOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -48,10 +52,12 @@ def _netns_map(values: list[str] | None) -> dict[str, str]:
     return mapping
 
 
-def node_transports(recipe: Recipe, netns: dict[str, str]) -> dict[str, Transport]:
+def node_transports(
+    recipe: Recipe, netns: dict[str, str], known_hosts: str | None = None
+) -> dict[str, Transport]:
     """A transport per node: a namespace of this machine (--netns, then the recipe's
-    `netns`), this machine (no ssh), or, for SSH nodes, an error until an SSH transport
-    exists."""
+    `netns`), this machine (no ssh), or SSH (`known_hosts`: default ~/.ssh/known_hosts)."""
+    from deskside.runtime.transports import transport_for
     from deskside.transport.local import LocalTransport
 
     names = {n.name for n in recipe.cluster.nodes}
@@ -66,14 +72,8 @@ def node_transports(recipe: Recipe, netns: dict[str, str]) -> dict[str, Transpor
         ns = netns.get(node.name) or getattr(node, "netns", None)
         if ns:
             transports[node.name] = LocalTransport(netns=ns)
-        elif node.ssh is None:
-            transports[node.name] = LocalTransport()
         else:
-            raise DesksideError(
-                f"node {node.name} is reached over SSH, and deskside has no SSH transport yet",
-                hint="run `deskside fabric show --sysfs-root /sys --address ADDR` on the node "
-                "itself, or map local nodes with --netns NODE=NAMESPACE",
-            )
+            transports[node.name] = transport_for(node, known_hosts)
     return transports
 
 
@@ -283,6 +283,7 @@ def check(
         str | None, typer.Option(help="Python with torch on the nodes (default: this one).")
     ] = None,
     sysfs_root: Annotated[str, typer.Option(help="Where sysfs is on the nodes.")] = "/sys",
+    known_hosts: KnownHostsOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Gate the fabric: links up, MTU equal, don't-fragment ping at full MTU, all-reduce
@@ -301,7 +302,7 @@ def check(
         if size_bytes < 4:
             raise UsageError("--size must be at least 4 bytes")
         loaded = _load(recipe)
-        transports = node_transports(loaded, _netns_map(netns))
+        transports = node_transports(loaded, _netns_map(netns), known_hosts)
         options = CheckOptions(
             python=python,
             backend=backend,

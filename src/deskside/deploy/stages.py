@@ -4,7 +4,8 @@
                Python with vLLM (native) or Docker (container), free disk; and across the
                nodes, what must match (`deskside.deploy.drift`: NCCL build, driver, ...)
                and, for a pinned revision, the workers' model snapshot against the head's
-               (`deskside.models.check`)
+               (`deskside.models.check`); for a container runtime, the workers' engine
+               image against the head's, by digest (`deskside.images.check`)
     render     `deskside.render.assemble.render`: the bundle and its lock
     diff       the new lock against the head's `current/cluster/deskside.lock`
     push       every node's bundle folder (the head's with `cluster/`) into a staging
@@ -32,6 +33,7 @@ from deskside.deploy.drift import up_refusal
 from deskside.deploy.survey import look
 from deskside.errors import PlanRefused, UsageError
 from deskside.facts.drift import NodeShared, compare
+from deskside.images.check import image_findings
 from deskside.layout import MANIFEST_FILE, model_upload
 from deskside.models.check import model_findings
 from deskside.render import lock as lockfile
@@ -92,6 +94,11 @@ def preflight(d: Deployment) -> Outcome:
     answers = {n: seen.model for n, seen in looks.items() if seen.model is not None}
     model, notes = model_findings(recipe, answers, str(d.recipe_path))
     findings += [pf.Finding(n, what, fix) for n, what, fix in model]
+    d.report.notes += notes
+    # a container runtime: every worker holds the head's engine image, by digest
+    images = {n: seen.image for n, seen in looks.items() if seen.image is not None}
+    image, notes = image_findings(recipe, images, str(d.recipe_path))
+    findings += [pf.Finding(n, what, fix) for n, what, fix in image]
     d.report.notes += notes
     if findings:
         raise _fail_findings(findings)

@@ -19,6 +19,7 @@ from deskside.errors import DesksideError
 from deskside.facts.base import Fact, Unread, gather
 from deskside.facts.drift import NodeShared
 from deskside.facts.model_folder import Snapshot
+from deskside.images.held import NodeImage, image_fact
 from deskside.models.check import snapshot_fact
 from deskside.recipe.types import Node
 from deskside.records.node import NodeState, read_state
@@ -40,6 +41,16 @@ class NodeLook:
     state_read: bool = False
     alive: bool = False
     model: Snapshot | Unread | DesksideError | None = None  # the snapshot fact's answer
+    image: NodeImage | Unread | DesksideError | None = None  # the engine image's, containers
+
+
+def engine_image_fact(d: Deployment) -> Fact[NodeImage] | None:
+    """The engine image's fact (`deskside.images.held`): a container runtime on more than
+    one node, where every worker must hold the head's image."""
+    recipe = d.recipe
+    if recipe.runtime.kind != "container" or recipe.engine.image is None or not recipe.workers:
+        return None
+    return image_fact(recipe.engine.image)
 
 
 def look(d: Deployment, node: Node, base: Control, need_bytes: int) -> NodeLook:
@@ -54,8 +65,10 @@ def look(d: Deployment, node: Node, base: Control, need_bytes: int) -> NodeLook:
     versions = drift.versions if drift else versions_fact(recipe, env, python, nccl=False)
     facts = pf.preflight_facts(recipe, node, d.layout.recipe_dir, versions)
     model = snapshot_fact(recipe)
+    image = engine_image_fact(d)
     wanted: list[Fact[Any]] = [*facts.all(), *(drift.all() if drift else [])]
     wanted += [model] if model else []
+    wanted += [image] if image else []
     try:
         sent = time.time()
         got = gather(t, *{f.name: f for f in wanted}.values(), timeout=TIMEOUT)
@@ -63,9 +76,12 @@ def look(d: Deployment, node: Node, base: Control, need_bytes: int) -> NodeLook:
     except DesksideError as exc:
         out.findings.append(pf.Finding(node.name, exc.message, exc.hint))
         out.model = exc if model else None
+        out.image = exc if image else None
         return out
     if model is not None:
         out.model = got.result(model)
+    if image is not None:
+        out.image = got.result(image)
     if drift is not None:
         out.matched = shared_of(recipe, node, got, drift, sent, received)
     host = facts.values(got)
