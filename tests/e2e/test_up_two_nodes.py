@@ -60,6 +60,36 @@ def test_ready_and_every_alias_serves(local_tiny: SharedCluster) -> None:
             assert r.json()["usage"]["completion_tokens"] == 8
 
 
+def test_start_up_phases_are_recorded_in_order(local_tiny: SharedCluster) -> None:
+    """The demo's `up` recorded its start-up phase by phase (from the engines' log lines
+    and deskside's probes); status shows them: every phase, in order, within the start."""
+    startup = local_tiny.status()["startup"]
+    assert startup["kind"] == "up" and startup["lock"].startswith("launch:")
+    seconds = startup["seconds"]
+    phases = [
+        "process_started",
+        "weights_loaded",
+        "kv_allocated",
+        "port_open",
+        "health",
+        "first_token",
+    ]
+    assert list(seconds) == phases, seconds
+    values = [seconds[p] for p in phases]
+    assert values == sorted(values), seconds
+    # spawning takes well under the engines' own start (vLLM's import alone takes seconds)
+    assert seconds["process_started"] < 10 < seconds["weights_loaded"], seconds
+    # the KV cache of a tiny model on CPU: warm-up and compilation, seconds to minutes
+    assert seconds["kv_allocated"] - seconds["weights_loaded"] > 1, seconds
+    # uvicorn serves within seconds of the line; a one-token completion takes seconds
+    assert seconds["health"] - seconds["port_open"] < 15, seconds
+    assert seconds["first_token"] - seconds["health"] < 60, seconds
+    # the whole start fits in the demo's own wall time
+    assert seconds["first_token"] < local_tiny.seconds, (seconds, local_tiny.seconds)
+    records = (local_tiny.home / "runs" / "local-tiny" / "starts.jsonl").read_text().splitlines()
+    assert json.loads(records[-1])["seconds"] == seconds
+
+
 def test_planned_kv_equals_engine_line(local_tiny: SharedCluster) -> None:
     """Also the planner's TP=2 MTP case of tests/e2e/test_plan_matches_vllm.py: the tiny
     DeepSeek-V3 with its MTP layer, TP=2 across two processes, 1 GiB of KV cache."""

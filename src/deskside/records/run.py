@@ -19,6 +19,7 @@ from deskside.localnet import bridge_name
 from deskside.recipe.types import Ssh
 from deskside.records.node import FORGET_HINT, ControlKind
 from deskside.records.read import BadState, read_here
+from deskside.records.starts import StartPhases
 from deskside.records.where import (
     NODES_FOLDER,
     RUN_FILE,
@@ -88,6 +89,7 @@ class RunRecord(BaseModel):
     )
     replica_set: str | None = None  # a group of this replica set (its proxy fronts it)
     engine_keyed: bool | None = None  # the head's engine requires its key; None: older record
+    startup: StartPhases | None = None  # the last start-up, phase by phase
 
     @model_validator(mode="after")
     def _one_head(self) -> RunRecord:

@@ -85,6 +85,7 @@ class UpReport:
     planned_kv_cache_line: str | None = None
     seconds: float = 0.0
     nodes: list[dict[str, Any]] = field(default_factory=list)  # what was started, per node
+    startup: dict[str, Any] | None = None  # the start-up phases (`deskside.runtime.phases`)
     transcript: list[dict[str, str]] = field(default_factory=list)  # the operations, in order
 
     def stage(self, name: str) -> StageRecord | None:
