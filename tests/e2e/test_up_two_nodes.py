@@ -298,10 +298,12 @@ def test_top_as_a_person_sees_it(local_tiny: SharedCluster) -> None:
 
 @pytest.mark.breaks_cluster
 def test_wedged_worker_is_named_diagnosed_and_recovered_once(local_tiny: SharedCluster) -> None:
-    """The worker frozen (SIGSTOP of its session) with a request in flight: `status` says
-    WEDGED within 60 s naming node1; `diagnose` bundles both nodes' logs and stacks; the
+    """The worker frozen (SIGSTOP of its session) while idle: DEGRADED naming node1; then one
+    request through the proxy: WEDGED within survive.stall_seconds of it, naming node1,
+    while the client has no token; `diagnose` bundles both nodes' logs and stacks; the
     head's `deskside watch` (survive.recover on in the embedded recipe) writes a bundle and
-    restarts the engines once, READY again; a second freeze is reported, not restarted."""
+    restarts the engines once (the restart's start-up phases recorded), READY again; a
+    second freeze with a request in flight is reported, not restarted."""
     from .wedge_checks import check_wedge_and_recovery
 
     timings = check_wedge_and_recovery(
@@ -310,6 +312,9 @@ def test_wedged_worker_is_named_diagnosed_and_recovered_once(local_tiny: SharedC
         "local-tiny",
         local_tiny.api_url,
         local_tiny.engine_key(),
+        local_tiny.proxy_url,
+        local_tiny.master_key(),
+        stall_seconds=30,  # the embedded recipe's survive.stall_seconds
     )
     print(timings)
 
