@@ -27,7 +27,7 @@ from deskside.records.node import NodeState
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import watched
 from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, at_once, stamp
-from deskside.runtime.phases import cluster_phases, release_lock, timed_start
+from deskside.runtime.phases import cluster_phases, first_token_at, release_lock, timed_start
 from deskside.runtime.pipeline import Outcome
 from deskside.runtime.ready import Watched, wait_ready
 from deskside.runtime.service_start import wait_services
@@ -163,7 +163,12 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
             seen=found.seen,
             head=d.head,
             health=found.health_at,
-            first_token=found.first_token_at,
+            first_token=first_token_at(
+                d.report.api_url,
+                d.report.served_names[0],
+                secrets.engine_auth(d.recipe.name, d.recipe.engine_keyed),
+                d.options.http_transport,
+            ),
         )
         d.startup = timed_start(
             d.recipe.name,

@@ -25,7 +25,13 @@ from deskside.records.node import NodeState, read_state
 from deskside.records.run import RunNode, RunRecord, load_run, save_run
 from deskside.runtime.control import Control, engine_claim, watched
 from deskside.runtime.ops import Executed, Op, Record, Run, Spawn, execute, stamp
-from deskside.runtime.phases import cluster_phases, launch_lock, release_lock, timed_start
+from deskside.runtime.phases import (
+    cluster_phases,
+    first_token_at,
+    launch_lock,
+    release_lock,
+    timed_start,
+)
 from deskside.runtime.ready import wait_ready
 from deskside.transport.base import Transport
 
@@ -170,7 +176,7 @@ def restart_engines(
         seen=found.seen,
         head=head,
         health=found.health_at,
-        first_token=found.first_token_at,
+        first_token=first_token_at(run.api_url, run.served_names[0], auth),
     )
     startup = timed_start(run.recipe_name, "restart", lock, _iso(now), seconds, say)
     current = load_run(run.recipe_name)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from deskside import secrets
+from deskside import localnet, secrets
 from deskside.errors import DesksideError, PlanRefused
 from deskside.httpclient import PROBE, Limits
 from deskside.httpclient import client as bounded_client
@@ -47,6 +47,7 @@ from deskside.runtime.pipeline import UpOptions
 from deskside.runtime.select import run_runtime_for
 from deskside.smallfile import read_small_file
 from deskside.transport.base import Transport
+from deskside.transport.local import LocalTransport
 
 RUNNING_RECIPE = "running-recipe.json"
 BENCH_REQUESTS = 8
@@ -273,6 +274,7 @@ class SetUpgrade:
         if leftovers:
             step.error = "could not stop: " + "; ".join(leftovers)
             return
+        links_gone(one)
         report = run_runtime_for(one, self.options.known_hosts).up(
             one, self.recipe_path, replace(self.options, plan=plan), progress=say
         )
@@ -306,6 +308,7 @@ class SetUpgrade:
 
         say(f"failed: {step.error}; rolling back to the previous recipe")
         down_set(record, self.options.grace, group)
+        links_gone(old)
         report = run_runtime_for(old, self.options.known_hosts).up(
             old, self.recipe_path, replace(self.options, plan=plan), progress=say
         )
@@ -317,6 +320,23 @@ class SetUpgrade:
             say(
                 f"the rollback failed too ({report.failed_stage}: {report.error}); it stays drained"
             )
+
+
+def links_gone(one: Recipe, seconds: float = 30.0) -> None:
+    """Until the host sides of a stopped group's namespaces are gone: the kernel removes a
+    deleted namespace's veth pair once the namespace is released, a moment after `down`
+    (the start that follows refuses a link left without its namespace)."""
+    net = localnet.local_net(one)
+    if net is None or not localnet.can_create()[0]:
+        return
+    here = LocalTransport()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        listed = here.run(["ip", "-o", "link", "show"])
+        existing = localnet.existing_namespaces(here)
+        if not localnet.stale_links(net, existing, localnet.link_names(listed.stdout)):
+            return
+        time.sleep(0.2)
 
 
 def _ms(seconds: float | None) -> str:

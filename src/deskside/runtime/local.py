@@ -45,7 +45,7 @@ from deskside.runtime.contract import require_contract
 from deskside.runtime.control import Control, control_kind, watched
 from deskside.runtime.nodes import RunCommands, any_running, down
 from deskside.runtime.ops import Executed, Local, Op, Run, Spawn, stamp
-from deskside.runtime.phases import cluster_phases, launch_lock, timed_start
+from deskside.runtime.phases import cluster_phases, first_token_at, launch_lock, timed_start
 from deskside.runtime.pipeline import (
     Outcome,
     Progress,
@@ -328,7 +328,12 @@ class LocalStart:
                 seen=found.seen,
                 head=self.recipe.head.name,
                 health=found.health_at,
-                first_token=found.first_token_at,
+                first_token=first_token_at(
+                    self.api_url,
+                    self.report.served_names[0],
+                    self._engine_auth(),
+                    self.options.http_transport,
+                ),
             ),
             self.say,
         )

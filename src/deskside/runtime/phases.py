@@ -19,11 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 
+import httpx
+
+from deskside.engine.http import first_token
 from deskside.engine.launch import NodeLaunch
 from deskside.engine.logs import EngineEvent, log_stamp
+from deskside.httpclient import PROBE, Limits
+from deskside.httpclient import client as bounded_client
 from deskside.records.starts import StartKind, StartPhases, append_start, last_start
 
 PHASES = (
@@ -114,6 +120,22 @@ def regressions(previous: Mapping[str, float] | None, seconds: Mapping[str, floa
     return out
 
 
+FIRST_TOKEN_SECONDS = 300.0  # the first request after a start compiles kernels on CPU
+
+
+def first_token_at(
+    api_url: str,
+    model: str,
+    headers: Mapping[str, str] | None,
+    transport: httpx.BaseTransport | None = None,
+) -> float | None:
+    """When the first token of a one-token streamed completion arrived (time.time), sent
+    once the cluster is ready; None when none came within FIRST_TOKEN_SECONDS."""
+    limits = Limits(total=FIRST_TOKEN_SECONDS, max_bytes=PROBE.max_bytes)
+    with bounded_client(limits, transport, headers=dict(headers or {})) as client:
+        return first_token(client, api_url, model, time.time)
+
+
 def launch_lock(launches: Sequence[NodeLaunch]) -> str:
     """What a run on this machine starts, as one short hash: every node's argv and
     environment (the same recipe and plan give the same hash)."""
@@ -174,6 +196,7 @@ __all__ = [
     "REGRESSION",
     "cluster_phases",
     "event_times",
+    "first_token_at",
     "launch_lock",
     "phases_line",
     "record_start",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from deskside.engine.http import first_token, health, served_models
+from deskside.engine.http import health, served_models
 from deskside.engine.logs import EngineEvent, parse_line
 from deskside.errors import DesksideError
 from deskside.httpclient import METRICS
@@ -106,7 +106,6 @@ class Readiness:
     events: dict[str, list[EngineEvent]] = field(default_factory=dict)
     seen: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> event -> when
     health_at: float | None = None  # /health first answered 200
-    first_token_at: float | None = None  # the first token of a one-token completion
 
 
 def wait_ready(
@@ -120,13 +119,11 @@ def wait_ready(
     interval: float = 0.25,
     client: httpx.Client | None = None,
     clock: Callable[[], float] = time.time,
-    time_first_token: bool = True,
 ) -> Readiness:
     """Block until the cluster serves (see the module docstring); a DesksideError names
     the node and the reason otherwise (its last log lines in the hint). `client` (closed
     on return) defaults to a new httpx client. What the start-up phases need is timed by
-    `clock`: each node's log events, the first /health, and (`time_first_token`) the
-    first token of a one-token completion once ready."""
+    `clock`: each node's log events and the first /health."""
     head = next(n for n in nodes if n.role == "head")
     out = Readiness()
     deadline = time.monotonic() + timeout
@@ -169,8 +166,6 @@ def wait_ready(
                 if all(n in listed for n in served_names):
                     out.events = {n.name: n.follower.events for n in nodes}
                     out.seen = {n.name: dict(n.follower.seen) for n in nodes}
-                    if time_first_token and served_names:
-                        out.first_token_at = first_token(http, api_url, served_names[0], clock)
                     return out
             time.sleep(interval)
     stuck = min(nodes, key=lambda n: len(n.follower.events))
