@@ -188,20 +188,22 @@ def check_wedge_and_recovery(
             cancel(request)
         if _alive(pid):
             os.killpg(pid, signal.SIGCONT)
+    rec = st["recovery"]
+    restart = rec["restarts"][0]
+    assert restart["ok"] and restart["suspects"] == ["node1"], rec
+    assert restart["bundle"] and Path(restart["bundle"]).is_file(), rec
+    assert worker_pid(st) != pid
     # the restart's start-up, phase by phase, compared with the up's (the same lock)
     startup = st["startup"]
-    assert startup["kind"] == "restart", startup
+    watch_logs = sorted((home / "runs" / recipe / "nodes").glob("*/logs/*watch*.log"))
+    said = watch_logs[-1].read_text()[-3000:] if watch_logs else "(no watch log)"
+    assert startup["kind"] == "restart", (startup, said)
     first = json.loads((home / "runs" / recipe / "starts.jsonl").read_text().splitlines()[0])
     assert first["kind"] == "up" and startup["lock"] == first["lock"], (first, startup)
     assert startup["previous"] == first["seconds"], startup
     values = list(startup["seconds"].values())
     assert len(values) == 6 and values == sorted(values), startup
     timings["restart_first_token_s"] = startup["seconds"]["first_token"]
-    rec = st["recovery"]
-    restart = rec["restarts"][0]
-    assert restart["ok"] and restart["suspects"] == ["node1"], rec
-    assert restart["bundle"] and Path(restart["bundle"]).is_file(), rec
-    assert worker_pid(st) != pid
     r = httpx.post(
         f"{url}/v1/completions",
         headers={"Authorization": f"Bearer {key}"},

@@ -172,7 +172,7 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
         )
         d.startup = timed_start(
             d.recipe.name,
-            "up",
+            d.options.start_kind,
             release_lock(d.rid),
             iso(datetime.fromtimestamp(d.t0, UTC)),
             seconds,

@@ -275,8 +275,9 @@ class SetUpgrade:
             step.error = "could not stop: " + "; ".join(leftovers)
             return
         links_gone(one)
+        options = replace(self.options, plan=plan, start_kind="upgrade")
         report = run_runtime_for(one, self.options.known_hosts).up(
-            one, self.recipe_path, replace(self.options, plan=plan), progress=say
+            one, self.recipe_path, options, progress=say
         )
         step.upgrade_seconds = round(time.monotonic() - t1, 2)
         step.startup = report.startup

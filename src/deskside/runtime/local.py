@@ -319,7 +319,7 @@ class LocalStart:
         self.record.ready_at = _iso(self.now())
         self.record.startup = timed_start(
             self.recipe.name,
-            "up",
+            self.options.start_kind,
             launch_lock(self.launches),
             self.record.started_at,
             cluster_phases(

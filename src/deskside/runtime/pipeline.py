@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -41,6 +41,7 @@ class UpOptions:
     http_transport: httpx.BaseTransport | None = None  # tests: an httpx.MockTransport
     skip_missing_services: bool = False  # local runs: an uninstalled service -> a note
     plan: Plan | None = None  # a run's plan made beforehand; None: the runtime plans
+    start_kind: Literal["up", "upgrade"] = "up"  # how the start-up phases name this start
 
 
 @dataclass
