@@ -58,6 +58,8 @@ def test_an_upgrade_under_load_fails_no_request(running: tuple[Path, Path]) -> N
         # the bench before and after, on the same workload, both clean
         assert s["before"]["failed"] == 0 and s["after"]["failed"] == 0, s
         assert s["before"]["workload"] == s["after"]["workload"]
+        # its start recorded as an upgrade, phase by phase
+        assert s["startup"]["kind"] == "upgrade" and "health" in s["startup"]["seconds"], s
     assert head_release(home, "a") == "2" and head_release(home, "b") == "2"
 
 
