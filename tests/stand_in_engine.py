@@ -16,6 +16,8 @@ relies on it:
 - the head forks a helper that stays in its session until it is signalled or the head is
   gone (vLLM's engine core): stopping the engine means stopping the whole session;
 - a worker (`--headless`) logs a few start-up lines and stays alive;
+- with STAND_IN_DELAY (seconds) in its environment (the recipe's engine.env) it takes
+  that long to answer each completion, so requests are in flight long enough to drain;
 - in a multi-node run the ranks are linked as vLLM's are by torch.distributed: the head
   listens on `--master-port`, each worker connects to `--master-addr` (waiting for the
   head as vLLM's rendezvous does), and a rank that loses the link exits with a failure,
@@ -75,6 +77,7 @@ if MASTER[1]:
             threading.Thread(target=lost_peer, args=(conn,), daemon=True).start()
     threading.Thread(target=accept, daemon=True).start()
 KEY = os.environ.get("VLLM_API_KEY")
+DELAY = float(os.environ.get("STAND_IN_DELAY") or 0)
 class Api(http.server.BaseHTTPRequestHandler):
     def _send(self, body, status=200):
         data = json.dumps(body).encode()
@@ -110,6 +113,7 @@ class Api(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         if self._refused():
             return
+        time.sleep(DELAY)
         self.server.answered += 1
         tokens = int(body.get("max_tokens") or 1)
         if self.path.endswith("/completions") and "chat" not in self.path:

@@ -60,6 +60,36 @@ def test_ready_and_every_alias_serves(local_tiny: SharedCluster) -> None:
             assert r.json()["usage"]["completion_tokens"] == 8
 
 
+def test_start_up_phases_are_recorded_in_order(local_tiny: SharedCluster) -> None:
+    """The demo's `up` recorded its start-up phase by phase (from the engines' log lines
+    and deskside's probes); status shows them: every phase, in order, within the start."""
+    startup = local_tiny.status()["startup"]
+    assert startup["kind"] == "up" and startup["lock"].startswith("launch:")
+    seconds = startup["seconds"]
+    phases = [
+        "process_started",
+        "weights_loaded",
+        "kv_allocated",
+        "port_open",
+        "health",
+        "first_token",
+    ]
+    assert list(seconds) == phases, seconds
+    values = [seconds[p] for p in phases]
+    assert values == sorted(values), seconds
+    # spawning takes well under the engines' own start (vLLM's import alone takes seconds)
+    assert seconds["process_started"] < 10 < seconds["weights_loaded"], seconds
+    # the KV cache of a tiny model on CPU: warm-up and compilation, seconds to minutes
+    assert seconds["kv_allocated"] - seconds["weights_loaded"] > 1, seconds
+    # uvicorn serves within seconds of the line; a one-token completion takes seconds
+    assert seconds["health"] - seconds["port_open"] < 15, seconds
+    assert seconds["first_token"] - seconds["health"] < 60, seconds
+    # the whole start fits in the demo's own wall time
+    assert seconds["first_token"] < local_tiny.seconds, (seconds, local_tiny.seconds)
+    records = (local_tiny.home / "runs" / "local-tiny" / "starts.jsonl").read_text().splitlines()
+    assert json.loads(records[-1])["seconds"] == seconds
+
+
 def test_planned_kv_equals_engine_line(local_tiny: SharedCluster) -> None:
     """Also the planner's TP=2 MTP case of tests/e2e/test_plan_matches_vllm.py: the tiny
     DeepSeek-V3 with its MTP layer, TP=2 across two processes, 1 GiB of KV cache."""
@@ -268,10 +298,12 @@ def test_top_as_a_person_sees_it(local_tiny: SharedCluster) -> None:
 
 @pytest.mark.breaks_cluster
 def test_wedged_worker_is_named_diagnosed_and_recovered_once(local_tiny: SharedCluster) -> None:
-    """The worker frozen (SIGSTOP of its session) with a request in flight: `status` says
-    WEDGED within 60 s naming node1; `diagnose` bundles both nodes' logs and stacks; the
+    """The worker frozen (SIGSTOP of its session) while idle: DEGRADED naming node1; then one
+    request through the proxy: WEDGED within survive.stall_seconds of it, naming node1,
+    while the client has no token; `diagnose` bundles both nodes' logs and stacks; the
     head's `deskside watch` (survive.recover on in the embedded recipe) writes a bundle and
-    restarts the engines once, READY again; a second freeze is reported, not restarted."""
+    restarts the engines once (the restart's start-up phases recorded), READY again; a
+    second freeze with a request in flight is reported, not restarted."""
     from .wedge_checks import check_wedge_and_recovery
 
     timings = check_wedge_and_recovery(
@@ -280,6 +312,9 @@ def test_wedged_worker_is_named_diagnosed_and_recovered_once(local_tiny: SharedC
         "local-tiny",
         local_tiny.api_url,
         local_tiny.engine_key(),
+        local_tiny.proxy_url,
+        local_tiny.master_key(),
+        stall_seconds=30,  # the embedded recipe's survive.stall_seconds
     )
     print(timings)
 

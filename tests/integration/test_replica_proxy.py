@@ -1,5 +1,6 @@
 """The replica set's rendered proxy, run for real (LiteLLM 1.108.5 from `.venv-proxy`)
-with `proxy/run-proxy.sh`, in front of two engines (deskside's synthetic OpenAI server, which
+with `proxy/run-proxy.sh` and its drain gate (`deskside.replicas.gate`), in front of two
+engines (deskside's synthetic OpenAI server, which
 like vLLM requires its own key on /v1) on two loopback addresses: every served name and
 alias reaches both groups, each with its own key; with one group gone, every request still
 succeeds through the other (retry, then cooldown)."""
@@ -19,6 +20,8 @@ import pytest
 from deskside.bench.synthetic import Behaviour, ThreadedServer, start_in_thread
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.load import load_recipe_text
+from deskside.replicas.gate import gate_argv, gate_files
+from deskside.replicas.place import ProxyPlace
 from deskside.replicas.plans import plan_set
 from deskside.replicas.proxy import engines_env_text, set_proxy
 from deskside.replicas.render import proxy_files
@@ -110,10 +113,21 @@ def test_set_proxy_spreads_and_survives_a_lost_group(
     (tmp_path / "engines.env").write_bytes(engines_env_text(KEYS))
     for f in ("master", "engines.env"):
         (tmp_path / f).chmod(0o600)
+    place = ProxyPlace(None, str(folder), str(tmp_path), str(tmp_path / "master"), str(tmp_path))
+    groups = group_recipes(recipe)
+    for name, (text, mode) in gate_files(recipe, groups, place).items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(mode)
+    gate = subprocess.Popen(
+        gate_argv(place, str(PROXY_BIN / "litellm")),
+        stdout=(tmp_path / "gate.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log = (tmp_path / "proxy.log").open("wb")
     proxy = set_proxy(  # as the set's start runs it
         recipe,
-        group_recipes(recipe),
+        groups,
         node=recipe.head.name,
         folder=str(folder),
         master_key=str(tmp_path / "master"),
@@ -158,8 +172,9 @@ def test_set_proxy_spreads_and_survives_a_lost_group(
             per_group = {g: len(s.server.sent) for g, s in servers.items()}
             assert all(n >= 1 for n in per_group.values()), per_group  # both groups served
             assert sum(per_group.values()) == 16
+            # LiteLLM reaches each group through its port of the drain gate
             bases = {r.headers.get("x-litellm-model-api-base") for r in answers}
-            assert bases == {f"http://{HEADS[g]}:{engine_port}/v1" for g in HEADS}, bases
+            assert bases == {f"http://{HEADS['a']}:{proxy_port + i}/v1" for i in (1, 2)}, bases
             # group b is lost: every request still succeeds, through group a
             servers.pop("b").stop()  # the fixture stops the others
             before = len(servers["a"].server.sent)
@@ -167,8 +182,9 @@ def test_set_proxy_spreads_and_survives_a_lost_group(
             assert [r.status_code for r in answers] == [200] * 8, [r.text[:200] for r in answers]
             assert len(servers["a"].server.sent) - before == 8
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for p in (proc, gate):
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()

@@ -116,8 +116,13 @@ def test_a_set_of_ssh_hosts_deploys_serves_degrades_and_stops(
                 client.post(f"{report.proxy_url}/v1/chat/completions", json=body) for _ in range(12)
             ]
             assert [r.status_code for r in answers] == [200] * 12, answers[0].text
+            # LiteLLM reaches each group through its port of the drain gate, which runs
+            # beside the proxy on the first head and relays to both groups' engines
             bases = {r.headers.get("x-litellm-model-api-base") for r in answers}
-            assert bases == {f"http://{h[0].address}:8888/v1", f"http://{h[2].address}:8888/v1"}
+            assert bases == {f"http://{h[0].address}:{p}/v1" for p in (4181, 4182)}, bases
+            gate = client.get(f"http://{h[0].address}:4181/deskside/gate").json()
+            assert gate["relayed"]["a"] >= 1 and gate["relayed"]["b"] >= 1, gate
+            assert sum(gate["relayed"].values()) >= 12 and gate["drained"] == [], gate
             # one group stopped: DEGRADED, and the proxy serves through the other
             assert down_set(record, grace=5, group="b") == []
             st = set_status(record, str(hosts.known_hosts))

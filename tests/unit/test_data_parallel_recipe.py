@@ -235,7 +235,7 @@ def test_the_shipped_recipe_launches_like_the_guide() -> None:
         "--data-parallel-size", "2", "--data-parallel-size-local", "1",
         "--data-parallel-address", "192.168.100.1", "--data-parallel-rpc-port", "29550",
         "--enable-expert-parallel",
-        "--host", "192.168.0.27", "--port", "8888",
+        "--host", "192.168.0.27", "--port", "8888", "--enable-server-load-tracking",
     ]  # fmt: skip
     assert tail(worker.args) == [
         "--headless",
@@ -259,7 +259,7 @@ def test_the_guides_dp4_two_ranks_per_node() -> None:
         "--data-parallel-size", "4", "--data-parallel-size-local", "2",
         "--data-parallel-address", "192.168.7.1", "--data-parallel-rpc-port", "13345",
         "--enable-expert-parallel",
-        "--host", "10.0.0.1", "--port", "8888",
+        "--host", "10.0.0.1", "--port", "8888", "--enable-server-load-tracking",
     ]  # fmt: skip
     assert tail(args["n1"]) == [
         "--headless",
@@ -285,6 +285,7 @@ def test_a_rank_spanning_two_nodes_uses_the_nnodes_launch() -> None:
             "--data-parallel-address", "192.168.7.1", "--data-parallel-rpc-port", "29550",
             "--enable-expert-parallel",
             *(["--host", "10.0.0.1", "--port", "8888"] if i == 0 else []),
+            *(["--enable-server-load-tracking"] if i == 0 else []),
         ]  # fmt: skip
     found_ = launches(recipe, plan_recipe(recipe, DP_EP), Site.deployed(recipe, DP_EP))
     assert launch_of(found_, "n0").ports == (8888, 29550, 25000)
@@ -298,7 +299,7 @@ def test_expert_parallel_without_data_parallelism() -> None:
     assert tail(args["ai1"]) == [
         "--nnodes", "2", "--node-rank", "0", "--master-addr", "192.168.100.1",
         "--master-port", "25000", "--enable-expert-parallel",
-        "--host", "192.168.0.27", "--port", "8888",
+        "--host", "192.168.0.27", "--port", "8888", "--enable-server-load-tracking",
     ]  # fmt: skip
     assert tail(args["ai2"]) == [
         "--nnodes", "2", "--node-rank", "1", "--master-addr", "192.168.100.1",

@@ -14,6 +14,8 @@ from ruamel.yaml import YAML
 
 from deskside.engine.launch import Site, launches
 from deskside.recipe.groups import group_recipes
+from deskside.replicas.gate import gate_config
+from deskside.replicas.place import proxy_place
 from deskside.replicas.plans import plan_set
 from deskside.replicas.render import render_set
 
@@ -105,8 +107,10 @@ def test_set_transcript_golden(
 @pytest.mark.parametrize("recipe_path", SET_RECIPES, ids=IDS)
 def test_proxy_routes_every_name_over_every_group(recipe_path: Path) -> None:
     """Checked against the recipe, not the code: every served name and alias has one
-    deployment per group, at that group's head, with that group's key variable; no group
-    runs a proxy of its own, and each group's head requires its engine key."""
+    deployment per group, at that group's port of the drain gate (the ports after the
+    proxy's, on its host), with that group's key variable; the gate relays each port to
+    that group's head; no group runs a proxy of its own, and each group's head requires its
+    engine key."""
     recipe = load_recipe_with_model(recipe_path)
     assert recipe.replicas is not None
     bundle = render_set(recipe, recipe_path, plan_set(recipe, recipe_path))
@@ -117,14 +121,25 @@ def test_proxy_routes_every_name_over_every_group(recipe_path: Path) -> None:
         )
         for g in recipe.replicas.groups
     }
+    front = "127.0.0.1" if recipe.head.netns else recipe.head.address
     wanted = {
         (
             name,
-            f"http://{heads[g]}:{recipe.engine.port}/v1",
+            f"http://{front}:{recipe.proxy.port + 1 + i}/v1",
             f"os.environ/DESKSIDE_ENGINE_KEY_{g.upper()}",
         )
         for name in (recipe.model.served_name, *recipe.model.aliases)
-        for g in heads
+        for i, g in enumerate(heads)
+    }
+    gate = gate_config(recipe, group_recipes(recipe), proxy_place(recipe))
+    assert gate["host"] == front
+    assert gate["groups"] == {
+        g: {
+            "port": recipe.proxy.port + 1 + i,
+            "upstream": f"http://{heads[g]}:{recipe.engine.port}",
+            "key_env": f"DESKSIDE_ENGINE_KEY_{g.upper()}",
+        }
+        for i, g in enumerate(heads)
     }
     got = {
         (m["model_name"], m["litellm_params"]["api_base"], m["litellm_params"]["api_key"])

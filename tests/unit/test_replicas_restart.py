@@ -55,7 +55,8 @@ def test_a_groups_restart_spawns_its_own_nodes_with_the_engine_key(
         [("rep-b0", "head", "10.79.1.1"), ("rep-b1", "worker", "10.79.1.2")],
         tmp_path,
     )
-    spawns = _local_spawns(run, lambda _msg: None)
+    spawns, lock = _local_spawns(run, lambda _msg: None)
+    assert lock.startswith("launch:")
     assert set(spawns) == {"rep-b0", "rep-b1"}
     head, worker = spawns["rep-b0"], spawns["rep-b1"]
     # the head's engine reads its key from the group's own engine.env, then execs vLLM

@@ -59,6 +59,7 @@ def record(
     steps: Callable[[float], float] = lambda t: 300.0,
     finished: float = 12.0,
     waiting: float = 0.0,
+    accepted: Callable[[float], float | None] = lambda t: None,
 ) -> tuple[list[EngineSample], list[ProcessSample]]:
     """Looks at 0, 10, ... `seconds`."""
     engine: list[EngineSample] = []
@@ -75,6 +76,7 @@ def record(
                 prompt_tokens=prompt(t),
                 engine_steps=steps(t),
                 finished_requests=finished,
+                accepted=accepted(t),
             )
         )
         processes += [p(t) for p in procs]
@@ -233,6 +235,47 @@ def test_idle_with_a_stopped_rank_is_degraded() -> None:
     v = classify(Observations(now=600, engine=engine, processes=processes, ever_ready=True))
     assert v.state == DEGRADED and v.suspects == ("ai2",)
     assert v.reasons[-1] == "the next request will hang"
+
+
+def test_a_request_sent_after_a_rank_froze_is_a_wedge() -> None:
+    """A worker stopped while idle, then one request: the engine core blocks in its
+    collective and its counters stop (num_requests_running still 0); the API server holds
+    the request (its /load). Idle the verdict is DEGRADED; with the request it is WEDGED
+    after the stopped threshold, naming the worker."""
+    procs = [api_server(), rank("ai1", 101, state="S"), rank("ai2", 200, 0.0, state="T")]
+
+    def accepted(t: float) -> float:
+        return 1.0 if t >= 600 else 0.0
+
+    zero = lambda t: 0.0  # noqa: E731
+    engine, processes = record(590, procs, running=zero, accepted=accepted)
+    v = classify(Observations(now=590, engine=engine, processes=processes, ever_ready=True))
+    assert v.state == DEGRADED and v.reasons[-1] == "the next request will hang"
+    engine, processes = record(610, procs, running=zero, accepted=accepted)
+    v = classify(Observations(now=610, engine=engine, processes=processes, ever_ready=True))
+    assert v.state == WEDGED and v.suspects == ("ai2",)
+    assert v.stalled_seconds == 10
+    assert v.reasons[0].startswith(
+        "wedged: no token generated for 10 s while 1 request(s) accepted by the API server "
+        "wait for the engine"
+    )
+    assert "ai2 (worker): pid 200 is stopped (state T)" in "\n".join(v.reasons)
+
+
+def test_a_request_held_by_the_api_with_every_rank_alive_wedges_after_the_stall() -> None:
+    """No process stopped, the core's counters still, the API server holding a request:
+    the ordinary stall threshold applies (60 s), and no suspect stands out."""
+    flat = [api_server(), rank("ai1", 101, 0.0, state="S"), rank("ai2", 200, 0.0, state="S")]
+    engine, processes = record(
+        100, flat, running=lambda t: 0.0, accepted=lambda t: 1.0 if t >= 40 else 0.0
+    )
+    v = classify(Observations(now=100, engine=engine, processes=processes, ever_ready=True))
+    assert v.state == WEDGED and v.stalled_seconds == 60
+    engine, processes = record(
+        90, flat, running=lambda t: 0.0, accepted=lambda t: 1.0 if t >= 40 else 0.0
+    )
+    v = classify(Observations(now=90, engine=engine, processes=processes, ever_ready=True))
+    assert v.state == READY and v.stalled_seconds == 50
 
 
 def test_tokens_flowing_is_ready() -> None:

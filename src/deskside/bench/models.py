@@ -353,6 +353,16 @@ class Tokenization(Strict):
     notes: list[str] = Field(default_factory=list)
 
 
+class Startup(Strict):
+    """The benched cluster's last start-up, phase by phase (seconds from the start command;
+    see `deskside status`)."""
+
+    kind: str = Field(description="up, restart or upgrade")
+    started_at: str
+    seconds: dict[str, float]
+    regressions: list[str] = Field(default_factory=list)
+
+
 class BenchResult(Strict):
     schema_version: str = SCHEMA_VERSION
     deskside_version: str
@@ -370,6 +380,7 @@ class BenchResult(Strict):
     tokenization: Tokenization | None = None
     cells: list[CellResult] = Field(default_factory=list)
     probe: ProbeResult | None = None
+    startup: Startup | None = None
     notes: list[str] = Field(default_factory=list)
 
     def cell(

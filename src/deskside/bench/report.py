@@ -197,5 +197,11 @@ def print_result(console: Console, result: BenchResult, detail: bool = False) ->
         for extra in (open_loop_table(result), turns_table(result), backends_table(result)):
             if extra is not None:
                 console.print(extra)
+    if result.startup is not None:
+        up = result.startup
+        phases = ", ".join(f"{p} {v:.1f} s" for p, v in up.seconds.items())
+        console.print(f"start-up ({up.kind} at {up.started_at}): {phases}", highlight=False)
+        for regression in up.regressions:
+            console.print(f"[yellow]start-up regression:[/] {regression}", highlight=False)
     for note in notes(result):
         console.print(f"[yellow]note:[/] {note}", highlight=False)

@@ -57,6 +57,12 @@ COMMANDS = (
     ),
     Entry("down", "deskside.cli.run:down", "Stop what the run started (and only that).", RUN),
     Entry(
+        "upgrade",
+        "deskside.cli.upgrade:upgrade",
+        "A replica set to the recipe as it is now, one group at a time, no request failing.",
+        RUN,
+    ),
+    Entry(
         "demo",
         "deskside.cli.run:demo",
         "The embedded two-node run on this machine, end to end, then torn down.",

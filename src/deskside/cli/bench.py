@@ -164,6 +164,7 @@ def bench(
     from deskside.bench.report import print_result
     from deskside.bench.runner import config_from, run_bench
 
+    startup = None
     try:
         if url is None:
             # the cluster `deskside up` started, when exactly one runs
@@ -179,6 +180,7 @@ def bench(
                 ) from None
             url = running.api_url
             model = model or running.served_names[0]
+            startup = running.startup
             if running.proxy_url is not None and api_key is None:
                 # behind a proxy the engine requires its key (deskside holds it)
                 from deskside.secrets import engine_api_key
@@ -227,6 +229,15 @@ def bench(
         config = config_from(**values)
         with _progress(err) as report:
             result = run_bench(config, progress=report)
+        if startup is not None:
+            from deskside.bench.models import Startup
+
+            result.startup = Startup(
+                kind=startup.kind,
+                started_at=startup.started_at,
+                seconds=startup.seconds,
+                regressions=startup.regressions,
+            )
     except DesksideError as exc:
         fail(exc, as_json)
         return

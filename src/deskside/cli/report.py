@@ -258,6 +258,8 @@ def print_run_status(console: Console, st: ClusterStatus) -> None:
         )
     if st.release:
         console.print(f"release {shown(st.release)}")
+    if st.startup is not None:
+        print_startup(console, st.startup)
     if st.suspects:
         console.print(f"suspected: {shown(', '.join(st.suspects))}", highlight=False)
     rec = st.recovery
@@ -272,6 +274,24 @@ def print_run_status(console: Console, st: ClusterStatus) -> None:
         )
     for reason in st.reasons:
         console.print(f"[yellow]- {shown(reason)}[/]", highlight=False)
+
+
+def print_startup(console: Console, startup: dict[str, object]) -> None:
+    """The last start-up's phases, and each regression from the previous start."""
+    seconds = startup.get("seconds")
+    phases = (
+        ", ".join(f"{shown(str(p))} {v:.1f} s" for p, v in seconds.items())
+        if isinstance(seconds, dict)
+        else "-"
+    )
+    console.print(
+        f"start-up ({shown(str(startup.get('kind')))} at {shown(str(startup.get('started_at')))}"
+        f"): {phases}",
+        highlight=False,
+    )
+    regressions = startup.get("regressions")
+    for regression in regressions if isinstance(regressions, list) else []:
+        console.print(f"[yellow]start-up regression: {shown(str(regression))}[/]", highlight=False)
 
 
 def print_demo(console: Console, r: dict[str, object]) -> None:

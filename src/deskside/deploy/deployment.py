@@ -22,6 +22,7 @@ from deskside.planner.plan import Plan
 from deskside.recipe.types import Node, Recipe
 from deskside.records.node import NodeState
 from deskside.records.run import RunNode, RunRecord, save_run
+from deskside.records.starts import StartPhases
 from deskside.render import lock as lockfile
 from deskside.render.bundle import Bundle
 from deskside.runtime.control import Control
@@ -68,6 +69,9 @@ class Deployment:
     rid: str | None = None
     switched: list[str] = field(default_factory=list)
     services: list[Service] = field(default_factory=list)  # the start's, to wait for
+    t0: float = 0.0  # the engines' start command (time.time), for the start-up phases
+    spawned_at: float | None = None  # every engine process started
+    startup: StartPhases | None = None  # this deploy's start-up, phase by phase
 
     @property
     def nodes(self) -> dict[str, Node]:
@@ -130,6 +134,7 @@ class Deployment:
                 engine_overlay=self.options.engine_overlay,
                 started_at=iso(self.now()),
                 ready_at=iso(self.now()) if ready else None,
+                startup=self.startup,
                 replica_set=recipe.replica_set,
                 engine_keyed=recipe.engine_keyed,
                 nodes=[

@@ -16,7 +16,9 @@ engines alone and only checks readiness and the contract.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from deskside import secrets
 from deskside.deploy.deployment import Deployment, iso
@@ -25,6 +27,7 @@ from deskside.records.node import NodeState
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import watched
 from deskside.runtime.ops import Executed, Local, Op, Record, Spawn, at_once, stamp
+from deskside.runtime.phases import cluster_phases, first_token_at, release_lock, timed_start
 from deskside.runtime.pipeline import Outcome
 from deskside.runtime.ready import Watched, wait_ready
 from deskside.runtime.service_start import wait_services
@@ -92,8 +95,13 @@ def start(d: Deployment) -> Outcome:
         return Outcome("engines left running", skipped=True)
     assert d.rid is not None
     d.old_stops = stop_ops(d, {n: s for n, s in d.old_states.items() if d.old_alive.get(n)})
+
     # `down` finds the nodes even if this process dies during the start
-    here = Local("record the deploy on this machine", lambda: d.record(d.rid, ready=False))
+    def mark() -> None:
+        d.t0 = time.time()  # the start-up phases count from here
+        d.record(d.rid, ready=False)
+
+    here = Local("record the deploy on this machine", mark)
     waves: list[list[Op]] = [
         *stop_waves(d, d.old_stops),
         [here],
@@ -101,6 +109,7 @@ def start(d: Deployment) -> Outcome:
     ]
 
     def started(executed: Executed) -> None:
+        d.spawned_at = time.time()
         d.old_alive = dict.fromkeys(d.old_alive, False)
 
     return Outcome(f"{len(d.nodes)} nodes started", waves=[w for w in waves if w], after=started)
@@ -147,6 +156,29 @@ def wait_started(d: Deployment, states: Mapping[str, NodeState]) -> str | None:
         interval=d.options.poll_interval,
         client=d.http(10, secrets.engine_auth(d.recipe.name, d.recipe.engine_keyed)),
     )
+    if d.rid is not None and d.t0:
+        seconds = cluster_phases(
+            t0=d.t0,
+            process_started=d.spawned_at,
+            seen=found.seen,
+            head=d.head,
+            health=found.health_at,
+            first_token=first_token_at(
+                d.report.api_url,
+                d.report.served_names[0],
+                secrets.engine_auth(d.recipe.name, d.recipe.engine_keyed),
+                d.options.http_transport,
+            ),
+        )
+        d.startup = timed_start(
+            d.recipe.name,
+            d.options.start_kind,
+            release_lock(d.rid),
+            iso(datetime.fromtimestamp(d.t0, UTC)),
+            seconds,
+            d.say,
+        )
+        d.report.startup = d.startup.model_dump(mode="json")
     if d.services:
         wait_services(
             d.services,

@@ -1,7 +1,9 @@
-"""Small HTTP probes of a running vLLM API server: health, served models, metrics."""
+"""Small HTTP probes of a running vLLM API server: health, served models, metrics, the
+time of a first token."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -57,3 +59,21 @@ def engine_metrics(client: httpx.Client, base_url: str) -> EngineMetrics | None:
         requests_running=m.get("vllm:num_requests_running"),
         requests_waiting=m.get("vllm:num_requests_waiting"),
     )
+
+
+def first_token(
+    client: httpx.Client, base_url: str, model: str, clock: Callable[[], float]
+) -> float | None:
+    """When (`clock`) the first token of a one-token streamed completion arrived; None when
+    none came (an error answer, a broken stream, the client's deadline)."""
+    body = {"model": model, "prompt": "Hello", "max_tokens": 1, "stream": True}
+    try:
+        with client.stream("POST", f"{base_url}/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                return None
+            for line in r.iter_lines():
+                if line.startswith("data:") and '"text"' in line:
+                    return clock()
+    except httpx.HTTPError:
+        return None
+    return None

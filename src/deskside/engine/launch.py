@@ -287,6 +287,10 @@ def launches(
                 args.append("--headless")
         if rank == 0:
             args += ["--host", api_host(recipe), "--port", str(e.port)]
+            # the API server counts the requests it accepted and has not finished (its
+            # `/load`; vllm/entrypoints/serve/utils/api_utils.py load_aware_call): a request
+            # hanging in a blocked engine core shows there, not in the core's counters
+            args.append("--enable-server-load-tracking")
         env = node_env(recipe, node, site, dict(fabric[node.name].env))
         out.append(
             NodeLaunch(

@@ -23,6 +23,25 @@ REFUSAL_RE = re.compile(
 MAX_LEN_OVER_RE = re.compile(r"User-specified max_model_len \((?P<asked>\d+)\) is greater than")
 NO_CACHE_MEMORY_RE = re.compile(r"No available memory for the cache blocks")
 READY_RE = re.compile(r"Application startup complete|Uvicorn running on")
+# start-up phases, one line each
+# GPUModelRunner.load_model (GPU) | DefaultModelLoader.load_weights (weights read from disk)
+WEIGHTS_LOADED_RE = re.compile(
+    r"Model loading took (?P<gib>[\d.]+) GiB memory and (?P<seconds>[\d.]+) seconds|"
+    r"Loading weights took (?P<load_seconds>[\d.]+) seconds"
+)
+# BaseModelLoader.load_model: the model built, its weights read next (with
+# --load-format dummy, DummyModelLoader logs nothing after it: weights are then in place)
+MODEL_INITIALIZED_RE = re.compile(r"Initializing model took (?P<seconds>[\d.]+) seconds")
+# EngineCore._initialize_kv_caches: the KV cache allocated and the model warmed up
+ENGINE_INITIALIZED_RE = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) s"
+)
+# build_and_serve (vllm/entrypoints/launchers/api_server/entry.py): uvicorn serves next
+PORT_OPEN_RE = re.compile(r"Starting vLLM server on (?P<address>\S+)")
+# vLLM's log format (vllm/logger.py _FORMAT): "LEVEL MM-DD HH:MM:SS [file.py:line] text"
+LOG_STAMP_RE = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) \["
+)
 LOADING_RE = re.compile(r"Starting to load model|Loading weights|Model loading took")
 OOM_RE = re.compile(r"CUDA out of memory|OutOfMemoryError|Cannot allocate memory|MemoryError")
 DIST_TIMEOUT_RE = re.compile(
@@ -47,6 +66,12 @@ class EngineEvent:
 
 def _num(text: str) -> int:
     return int(text.replace(",", ""))
+
+
+def log_stamp(line: str) -> str | None:
+    """The "MM-DD HH:MM:SS" a vLLM log line carries (the engine's local time), if any."""
+    m = LOG_STAMP_RE.search(line)
+    return m["stamp"] if m else None
 
 
 def parse_line(line: str) -> EngineEvent | None:
@@ -131,6 +156,35 @@ def parse_line(line: str) -> EngineEvent | None:
             line,
             "an engine worker process died",
             hint="read the lines before this one in the node's log for the cause",
+        )
+    if m := WEIGHTS_LOADED_RE.search(line):
+        seconds = m["seconds"] or m["load_seconds"]
+        return EngineEvent(
+            "weights_loaded",
+            line,
+            f"weights loaded in {float(seconds):.1f} s",
+            data={"seconds": float(seconds)},
+        )
+    if m := MODEL_INITIALIZED_RE.search(line):
+        return EngineEvent(
+            "model_initialized",
+            line,
+            "model built; loading its weights",
+            data={"seconds": float(m["seconds"])},
+        )
+    if m := ENGINE_INITIALIZED_RE.search(line):
+        return EngineEvent(
+            "kv_allocated",
+            line,
+            f"KV cache allocated, model warmed up ({float(m['seconds']):.1f} s)",
+            data={"seconds": float(m["seconds"])},
+        )
+    if m := PORT_OPEN_RE.search(line):
+        return EngineEvent(
+            "port_open",
+            line,
+            f"the API server opens {m['address']}",
+            data={"address": m["address"]},
         )
     if READY_RE.search(line):
         return EngineEvent("ready", line, "the API server is up")

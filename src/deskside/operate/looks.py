@@ -24,8 +24,21 @@ from deskside.survive.observe import EngineSample, ProcessSample, Thresholds
 from deskside.transport.base import Transport
 
 
+def server_load(client: httpx.Client, url: str) -> float | None:
+    """The requests the API server accepted and has not finished: vLLM's /load
+    (`get_server_load_metrics`; counted with --enable-server-load-tracking, which deskside
+    starts every head with). None when it does not answer a number."""
+    try:
+        r = client.get(f"{url}/load", timeout=TIMEOUT)
+        value = r.json().get("server_load") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def engine_sample(client: httpx.Client, url: str, at: float) -> EngineSample:
-    """The head's counters now (vLLM v1 names; see deskside.survive.observe)."""
+    """The head's counters now (vLLM v1 names; see deskside.survive.observe), and the
+    requests its API server holds (`server_load`)."""
     try:
         r = client.get(f"{url}/metrics", timeout=TIMEOUT)
         if r.status_code != 200:
@@ -34,6 +47,7 @@ def engine_sample(client: httpx.Client, url: str, at: float) -> EngineSample:
     except (httpx.HTTPError, ValueError):
         return EngineSample(at=at, up=False)
     return EngineSample(
+        accepted=server_load(client, url),
         at=at,
         up=True,
         running=m.get("vllm:num_requests_running"),

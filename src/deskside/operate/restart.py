@@ -11,6 +11,7 @@ launch line), a systemd unit is started, a Compose project brought up.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -21,9 +22,16 @@ from deskside.httpclient import METRICS
 from deskside.httpclient import client as bounded_client
 from deskside.identity import stop_command
 from deskside.records.node import NodeState, read_state
-from deskside.records.run import RunNode, RunRecord
+from deskside.records.run import RunNode, RunRecord, load_run, save_run
 from deskside.runtime.control import Control, engine_claim, watched
 from deskside.runtime.ops import Executed, Op, Record, Run, Spawn, execute, stamp
+from deskside.runtime.phases import (
+    cluster_phases,
+    first_token_at,
+    launch_lock,
+    release_lock,
+    timed_start,
+)
 from deskside.runtime.ready import wait_ready
 from deskside.transport.base import Transport
 
@@ -50,8 +58,9 @@ def stop_engine(control: Control, state: NodeState, grace: float) -> list[list[s
     return [stop_command(engine_claim(state), grace)]
 
 
-def _local_spawns(run: RunRecord, say: Say) -> dict[str, Spawn]:
-    """The engine launch of each node of a run on this machine, from its recipe."""
+def _local_spawns(run: RunRecord, say: Say) -> tuple[dict[str, Spawn], str]:
+    """The engine launch of each node of a run on this machine, from its recipe, and what
+    it starts (`deskside.runtime.phases.launch_lock`)."""
     from deskside.planner.inputs import plan_recipe
     from deskside.records.recipes import run_recipe
     from deskside.runtime.local import LocalStart
@@ -68,7 +77,7 @@ def _local_spawns(run: RunRecord, say: Say) -> dict[str, Spawn]:
     for la in start.launches:
         spawn = next(op for op in start._start_ops(la) if isinstance(op, Spawn))
         out[la.node] = spawn
-    return out
+    return out, launch_lock(start.launches)
 
 
 def start_ops(
@@ -134,17 +143,23 @@ def restart_engines(
                     f"{n.name}: stopping the engine failed: {r.stderr.strip()[-300:]}"
                 )
     now = datetime.now(UTC)
-    local = _local_spawns(run, say) if any(s.release is None for s in states.values()) else {}
+    head_release = states[next(n.name for n in run.nodes if n.role == "head")].release
+    local: dict[str, Spawn] = {}
+    lock = release_lock(head_release) if head_release is not None else ""
+    if any(s.release is None for s in states.values()):
+        local, lock = _local_spawns(run, say)
     ops: list[Op] = []
     for n in order:
         ops += start_ops(run, n, controls[n.name], states[n.name], now, local)
+    t0 = time.time()  # the start-up phases count from here
     done = execute(ops, transports, Executed(), say)
+    spawned_at = time.time()
     nodes = [
         watched(n.name, done.states[n.name], controls[n.name], transports[n.name], n.name)
         for n in order
     ]
     auth = secrets.engine_auth(run.recipe_name, run.keyed)
-    wait_ready(
+    found = wait_ready(
         api_url=run.api_url,
         served_names=run.served_names,
         planned_kv_cache_tokens=run.planned_kv_cache_tokens,
@@ -154,6 +169,19 @@ def restart_engines(
         interval=1.0,
         client=bounded_client(METRICS, headers=auth),
     )
+    head = next(n.name for n in run.nodes if n.role == "head")
+    seconds = cluster_phases(
+        t0=t0,
+        process_started=spawned_at,
+        seen=found.seen,
+        head=head,
+        health=found.health_at,
+        first_token=first_token_at(run.api_url, run.served_names[0], auth),
+    )
+    startup = timed_start(run.recipe_name, "restart", lock, _iso(now), seconds, say)
+    current = load_run(run.recipe_name)
+    if current is not None and current.started_at == run.started_at:
+        save_run(current.model_copy(update={"startup": startup}))
     return f"engines restarted (workers first: {', '.join(n.name for n in order)}); serving again"
 
 

@@ -77,6 +77,7 @@ class ClusterStatus(Verdict):
     suspects: list[str] = field(default_factory=list)  # nodes a wedge's reasons point at
     stalled_seconds: float | None = None  # no token this long while requests ran
     recovery: dict[str, object] | None = None  # what `deskside watch` last saw and did
+    startup: dict[str, object] | None = None  # the last start-up, phase by phase
 
 
 def cluster_status(
@@ -108,6 +109,7 @@ def cluster_status(
         requests_waiting=metrics.requests_waiting if metrics else None,
         reasons=reasons,
         release=run.release,
+        startup=run.startup.model_dump(mode="json") if run.startup else None,
     )
 
 

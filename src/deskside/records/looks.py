@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from pathlib import Path
 
 from deskside.records.read import MAX_DEPTH, link_below_home, nesting
 from deskside.records.where import looks_file
@@ -28,8 +29,7 @@ def _newer_half(data: bytes) -> bytes:
     return keep[keep.find(b"\n") + 1 :]
 
 
-def _read(recipe_name: str) -> bytes:
-    path = looks_file(recipe_name)
+def _read(path: Path) -> bytes:
     if link_below_home(path) is not None:
         return b""
     try:
@@ -38,30 +38,39 @@ def _read(recipe_name: str) -> bytes:
         return b""
 
 
-def append_look_line(recipe_name: str, line: str) -> None:
-    """Add one look (a JSON object on one line) to the run's series."""
-    path = looks_file(recipe_name)
+def append_line(path: Path, line: str) -> None:
+    """Add one JSON object on one line to the series in `path` (see the module docstring)."""
     data = (line.rstrip("\n") + "\n").encode()
     fd = open_append(path, RECORD_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if os.fstat(fd).st_size > MAX_LOOKS_BYTES:
             # rewritten whole (renamed over the old file) while the old one is locked
-            write_file(path, _newer_half(_read(recipe_name)) + data, RECORD_MODE)
+            write_file(path, _newer_half(_read(path)) + data, RECORD_MODE)
             return
         os.write(fd, data)
     finally:
         os.close(fd)
 
 
-def look_lines(recipe_name: str) -> list[str]:
-    """The lines of the run's series that can be looks, oldest first."""
+def object_lines(path: Path) -> list[str]:
+    """The lines of the series in `path` that can be JSON objects, oldest first."""
     out = []
-    for raw in _read(recipe_name).splitlines():
+    for raw in _read(path).splitlines():
         line = raw.strip()
         if line.startswith(b"{") and nesting(line) <= MAX_DEPTH:
             out.append(line.decode(errors="replace"))
     return out
 
 
-__all__ = ["MAX_LOOKS_BYTES", "append_look_line", "look_lines"]
+def append_look_line(recipe_name: str, line: str) -> None:
+    """Add one look (a JSON object on one line) to the run's series."""
+    append_line(looks_file(recipe_name), line)
+
+
+def look_lines(recipe_name: str) -> list[str]:
+    """The lines of the run's series that can be looks, oldest first."""
+    return object_lines(looks_file(recipe_name))
+
+
+__all__ = ["MAX_LOOKS_BYTES", "append_line", "append_look_line", "look_lines", "object_lines"]

@@ -34,6 +34,7 @@ class SetRecord(BaseModel):
     groups: list[str]  # group names; group g runs as <recipe_name>-<g>
     proxy_url: str | None
     proxy: ProxyProcess | None = None
+    gate: ProxyProcess | None = None  # the drain gate between the proxy and the groups
     proxy_node: str | None = None  # the node the proxy runs on; None: this machine
     known_hosts: str | None = None  # ssh: nodes
     started_at: str

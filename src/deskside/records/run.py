@@ -19,6 +19,7 @@ from deskside.localnet import bridge_name
 from deskside.recipe.types import Ssh
 from deskside.records.node import FORGET_HINT, ControlKind
 from deskside.records.read import BadState, read_here
+from deskside.records.starts import StartPhases
 from deskside.records.where import (
     NODES_FOLDER,
     RUN_FILE,
@@ -93,6 +94,7 @@ class RunRecord(BaseModel):
     engine_overlay: dict[str, int | float | str | dict[str, int]] | None = Field(
         default=None, max_length=16
     )
+    startup: StartPhases | None = None  # the last start-up, phase by phase
 
     @model_validator(mode="after")
     def _one_head(self) -> RunRecord:

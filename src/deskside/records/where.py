@@ -5,6 +5,7 @@ On this machine, under $DESKSIDE_HOME:
     runs/<run>/run.json             a run: its nodes, how to reach them, its API address
     runs/<set>/replica-set.json     a replica set: its groups (each a run), its proxy
     runs/<run>/looks.jsonl          the run's series of looks (`status`, `watch`)
+    runs/<run>/starts.jsonl         the run's start-ups, phase by phase (kept by `down`)
     runs/<run>/bundles/             the diagnostic bundles the watcher wrote
     runs/<run>/nodes/<node>/        the state folder of a node of a run on this machine
     locks/run-<run>.lock            one deskside at a time on a run
@@ -30,6 +31,7 @@ from deskside.home import deskside_home, runs_dir
 RUN_FILE = "run.json"
 SET_FILE = "replica-set.json"
 LOOKS_FILE = "looks.jsonl"
+STARTS_FILE = "starts.jsonl"
 GUARD_FILE = "guard.json"
 SURVIVE_FILE = "survive.json"
 NODES_FOLDER = "nodes"
@@ -66,6 +68,10 @@ def looks_file(name: str) -> Path:
     return run_dir(name) / LOOKS_FILE
 
 
+def starts_file(name: str) -> Path:
+    return run_dir(name) / STARTS_FILE
+
+
 def bundles_dir(name: str) -> Path:
     return run_dir(name) / BUNDLES_FOLDER
 
@@ -98,6 +104,7 @@ __all__ = [
     "RUN_FILE",
     "RUN_NAME_RE",
     "SET_FILE",
+    "STARTS_FILE",
     "SURVIVE_FILE",
     "bundles_dir",
     "check_run_name",
@@ -108,5 +115,6 @@ __all__ = [
     "run_file",
     "run_lock_file",
     "set_file",
+    "starts_file",
     "survive_file",
 ]

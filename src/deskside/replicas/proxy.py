@@ -1,5 +1,6 @@
 """The replica set's LiteLLM proxy (pure): every served name and alias routed over every
-group's engine, with LiteLLM's own retries, cooldowns and background health checks.
+group's engine (through the group's drain gate, `deskside.replicas.gate`), with LiteLLM's
+own retries, cooldowns and background health checks.
 
 Why LiteLLM's router: it is already the door of a one-engine recipe, and it has what a set
 needs without another load balancer: several deployments under one `model_name`, a
@@ -31,8 +32,19 @@ def key_env(group: str) -> str:
 
 
 def backend_url(group_recipe: Recipe) -> str:
-    """Where the proxy reaches a group's engine (its head's API)."""
+    """Where a group's engine answers (its head's API)."""
     return probe_url(group_recipe)
+
+
+def gate_port(recipe: Recipe, index: int) -> int:
+    """The port of the drain gate (`deskside.replicas.gate`) of the set's `index`-th group:
+    the ports after the proxy's, on the proxy's host."""
+    return recipe.proxy.port + 1 + index
+
+
+def gate_url(recipe: Recipe, index: int) -> str:
+    """Where the proxy reaches the `index`-th group: through its drain gate."""
+    return f"http://{proxy_host(recipe)}:{gate_port(recipe, index)}"
 
 
 def proxy_host(recipe: Recipe) -> str:
@@ -73,8 +85,8 @@ def set_litellm_config(
     assert recipe.replicas is not None
     r = recipe.replicas
     backends = [
-        Backend(backend_url(one), key_env(group), max_model_len[group], group, r.timeout)
-        for group, one in groups.items()
+        Backend(gate_url(recipe, i), key_env(group), max_model_len[group], group, r.timeout)
+        for i, group in enumerate(groups)
     ]
     general: dict[str, Any] = {}
     if r.health_check_interval:
@@ -117,6 +129,8 @@ __all__ = [
     "MASTER_KEY_ENV",
     "backend_url",
     "engines_env_text",
+    "gate_port",
+    "gate_url",
     "key_env",
     "proxy_host",
     "render_set_config",

@@ -25,10 +25,12 @@ from deskside.planner.plan import Plan
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
 from deskside.records.replica_set import ProxyProcess, SetRecord, load_set, save_set
+from deskside.replicas.gate import gate_argv, gate_files, gate_state, set_drained
 from deskside.replicas.place import proxy_place, proxy_transport
 from deskside.replicas.proxy import engines_env_text, set_proxy
 from deskside.replicas.render import proxy_files, proxy_url
 from deskside.replicas.stop import down_set, proxy_alive, set_running
+from deskside.replicas.upgrade import keep_running_recipe
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract, wait_proxy
 from deskside.runtime.ops import stamp
@@ -133,6 +135,7 @@ class SetStart:
                 self.report.failed_stage = "contract"
                 self._contract()
                 self.report.failed_stage = None
+                keep_running_recipe(self.recipe)  # what an upgrade rolls back to
             self.report.ok = True
         except DesksideError as exc:
             self.report.error, self.report.hint = describe(exc, hint=False), exc.hint
@@ -198,9 +201,10 @@ class SetStart:
                 t.put((key + "\n").encode(), place.master_key, 0o600)
             t.put(engines_env_text(keys), place.engines_env, 0o600)
         started = self.now()
+        program = (litellm_program(recipe) if place.node is None else None) or recipe.proxy.litellm
+        self._gate(program)
         tag = f"{recipe.name}/proxy/{started:%Y%m%d%H%M%S}/proxy"
         log = f"{place.logs}/proxy-{stamp(started)}.log"
-        program = (litellm_program(recipe) if place.node is None else None) or recipe.proxy.litellm
         proxy = set_proxy(
             recipe,
             self.groups,
@@ -229,6 +233,33 @@ class SetStart:
         if not proxy_alive(self.record.proxy, t):
             tail = t.run(node_sh.tail_file(log, 12)).stdout.strip()
             raise DesksideError(f"the proxy exited while starting; last lines of {log}:\n{tail}")
+
+    def _gate(self, litellm: str) -> None:
+        """The drain gate between the proxy and the groups (`deskside.replicas.gate`)."""
+        recipe, place, t = self.recipe, self.place, self.t
+        for name, (text, mode) in gate_files(recipe, self.groups, place).items():
+            t.put(text.encode(), f"{place.folder}/{name}", mode)
+        set_drained(t, place, [])
+        started = self.now()
+        tag = f"{recipe.name}/proxy/{started:%Y%m%d%H%M%S}/gate"
+        log = f"{place.logs}/gate-{stamp(started)}.log"
+        self.say(f"starting the drain gate on {place.node or 'this machine'}")
+        pid = t.spawn(gate_argv(place, litellm), env={RUN_TAG: tag}, log_path=log, cwd=place.folder)
+        start = node_sh.parse_proc_start(t.run(node_sh.proc_start(pid)).stdout)
+        self.record.gate = ProxyProcess(pid=pid, pid_start=start, run_tag=tag, log=log)
+        save_set(self.record)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                gate_state(recipe, self.options.http_transport)
+                return
+            except DesksideError:
+                if time.monotonic() > deadline or not proxy_alive(self.record.gate, t):
+                    tail = t.run(node_sh.tail_file(log, 12)).stdout.strip()
+                    raise DesksideError(
+                        f"the drain gate does not answer; last lines of {log}:\n{tail}"
+                    ) from None
+                time.sleep(0.2)
 
     def _contract(self) -> None:
         if self.place.node is None:

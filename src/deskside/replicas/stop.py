@@ -15,8 +15,8 @@ from deskside.runtime.select import run_runtime_of
 from deskside.transport.base import Transport
 
 
-def proxy_claim(proxy: ProxyProcess) -> Claim:
-    return Claim("the proxy", proxy.pid, proxy.pid_start, proxy.run_tag)
+def proxy_claim(proxy: ProxyProcess, what: str = "the proxy") -> Claim:
+    return Claim(what, proxy.pid, proxy.pid_start, proxy.run_tag)
 
 
 def proxy_alive(proxy: ProxyProcess, t: Transport | None) -> bool:
@@ -44,20 +44,27 @@ def set_running(record: SetRecord, known_hosts: str | None) -> bool:
 
 
 def stop_proxy(record: SetRecord, grace: float) -> str | None:
-    """Stop the set's proxy (the process deskside started, by pid, start time and tag);
-    `why` when it could not be stopped."""
-    p = record.proxy
-    if p is None:
-        return None
-    try:
-        argv = stop_command(proxy_claim(p), grace)
-    except Unproven as exc:
-        return exc.message
-    t = recorded_transport(record)
-    if t is None:
-        return f"proxy (pid {p.pid}): no group's record names its node {record.proxy_node}"
-    r = t.run(argv)
-    return None if r.ok else f"proxy (pid {p.pid}): {r.stderr.strip() or 'still running'}"
+    """Stop the set's proxy, then its drain gate (the processes deskside started, by pid,
+    start time and tag); `why` when one could not be stopped."""
+    whys = []
+    for p, what in ((record.proxy, "proxy"), (record.gate, "drain gate")):
+        if p is None:
+            continue
+        try:
+            argv = stop_command(proxy_claim(p, f"the {what}"), grace)
+        except Unproven as exc:
+            whys.append(exc.message)
+            continue
+        t = recorded_transport(record)
+        if t is None:
+            whys.append(
+                f"{what} (pid {p.pid}): no group's record names its node {record.proxy_node}"
+            )
+            continue
+        r = t.run(argv)
+        if not r.ok:
+            whys.append(f"{what} (pid {p.pid}): {r.stderr.strip() or 'still running'}")
+    return "; ".join(whys) or None
 
 
 def down_set(record: SetRecord, grace: float = 20.0, group: str | None = None) -> list[str]:

@@ -45,6 +45,7 @@ from deskside.runtime.contract import require_contract
 from deskside.runtime.control import Control, control_kind, watched
 from deskside.runtime.nodes import RunCommands, any_running, down
 from deskside.runtime.ops import Executed, Local, Op, Run, Spawn, stamp
+from deskside.runtime.phases import cluster_phases, first_token_at, launch_lock, timed_start
 from deskside.runtime.pipeline import (
     Outcome,
     Progress,
@@ -140,6 +141,7 @@ class LocalStart:
             ],
         )
         self.existing: set[str] = set()
+        self.t0 = self.spawned_at = time.time()  # set again by the start stage
         self.python = python
         self.skip: list[str] = []  # enabled services left out (options.skip_missing_services)
         self.service_site = local_site(recipe, run_dir, python)
@@ -274,6 +276,7 @@ class LocalStart:
         return secrets.engine_auth(self.recipe.name, self._behind_proxy)
 
     def start(self) -> Outcome:
+        self.t0 = time.time()  # the start-up phases count from here
         ops: list[Op] = [Local(f"record the run in {where.run_dir(self.recipe.name)}", self._save)]
         if self._behind_proxy:
             key = self.service_site.engine_env
@@ -282,6 +285,7 @@ class LocalStart:
             ops += self._start_ops(la)
 
         def started(done: Executed) -> None:
+            self.spawned_at = time.time()
             self.report.nodes = [s.model_dump(mode="json") for s in done.states.values()]
 
         return Outcome(f"{len(self.launches)} nodes started, workers first", ops, after=started)
@@ -314,6 +318,27 @@ class LocalStart:
         self.report.logged_kv_cache_line = found.logged_kv_cache_line
         self.record.logged_kv_cache_line = found.logged_kv_cache_line
         self.record.ready_at = _iso(self.now())
+        self.record.startup = timed_start(
+            self.recipe.name,
+            self.options.start_kind,
+            launch_lock(self.launches),
+            self.record.started_at,
+            cluster_phases(
+                t0=self.t0,
+                process_started=self.spawned_at,
+                seen=found.seen,
+                head=self.recipe.head.name,
+                health=found.health_at,
+                first_token=first_token_at(
+                    self.api_url,
+                    self.report.served_names[0],
+                    self._engine_auth(),
+                    self.options.http_transport,
+                ),
+            ),
+            self.say,
+        )
+        self.report.startup = self.record.startup.model_dump(mode="json")
         self._save()
         return Outcome(f"API {self.api_url} serves {', '.join(self.report.served_names)}")
 

@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -44,6 +44,7 @@ class UpOptions:
     # engine settings laid over the recipe file (already in the recipe given to `up`):
     # kept in the run's record so a restart lays them over the file again
     engine_overlay: dict[str, Any] | None = None
+    start_kind: Literal["up", "upgrade"] = "up"  # how the start-up phases name this start
 
 
 @dataclass
@@ -88,6 +89,7 @@ class UpReport:
     planned_kv_cache_line: str | None = None
     seconds: float = 0.0
     nodes: list[dict[str, Any]] = field(default_factory=list)  # what was started, per node
+    startup: dict[str, Any] | None = None  # the start-up phases (`deskside.runtime.phases`)
     transcript: list[dict[str, str]] = field(default_factory=list)  # the operations, in order
 
     def stage(self, name: str) -> StageRecord | None:

@@ -21,6 +21,7 @@ from deskside.engine.logs import EngineEvent, parse_line
 from deskside.errors import DesksideError
 from deskside.httpclient import METRICS
 from deskside.httpclient import client as bounded_client
+from deskside.runtime.phases import event_times, seen_at
 
 FAILURE_EVENTS = ("refused", "oom", "distributed_timeout", "worker_died", "connection_refused")
 TAIL_LINES = 15
@@ -40,9 +41,12 @@ class LogFollower:
     last_line: str = ""
     pending: bytes = b""
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    seen: dict[str, float] = field(default_factory=dict)  # event kind -> when (`seen_at`)
 
-    def feed(self, chunk: bytes) -> list[EngineEvent]:
-        """Events of the complete lines in `pending + chunk`; a partial last line waits."""
+    def feed(self, chunk: bytes, now: float | None = None) -> list[EngineEvent]:
+        """Events of the complete lines in `pending + chunk`; a partial last line waits.
+        `now`: when the chunk was read; each event's time goes into `seen`
+        (`deskside.runtime.phases.event_times`)."""
         data = self.pending + chunk
         end = data.rfind(b"\n")
         if end < 0:
@@ -50,13 +54,16 @@ class LogFollower:
             return []
         self.pending = data[end + 1 :]
         new = []
-        for raw in data[: end + 1].decode(errors="replace").splitlines():
+        lines = data[: end + 1].decode(errors="replace").splitlines()
+        for raw in lines:
             if raw.strip():
                 self.last_line = raw.strip()
                 self.recent.append(raw)
             if (event := parse_line(raw)) is not None:
                 new.append(event)
         self.events.extend(new)
+        if now is not None:
+            seen_at(zip(new, event_times(new, now, lines), strict=True), self.seen)
         return new
 
     def read_local(self) -> bytes:
@@ -97,6 +104,8 @@ class Readiness:
     logged_kv_cache_line: str | None = None
     logged_kv_cache_tokens: int | None = None
     events: dict[str, list[EngineEvent]] = field(default_factory=dict)
+    seen: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> event -> when
+    health_at: float | None = None  # /health first answered 200
 
 
 def wait_ready(
@@ -109,10 +118,12 @@ def wait_ready(
     say: Progress,
     interval: float = 0.25,
     client: httpx.Client | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Readiness:
     """Block until the cluster serves (see the module docstring); a DesksideError names
     the node and the reason otherwise (its last log lines in the hint). `client` (closed
-    on return) defaults to a new httpx client."""
+    on return) defaults to a new httpx client. What the start-up phases need is timed by
+    `clock`: each node's log events and the first /health."""
     head = next(n for n in nodes if n.role == "head")
     out = Readiness()
     deadline = time.monotonic() + timeout
@@ -122,7 +133,7 @@ def wait_ready(
             for node in nodes:
                 # liveness first: when a node is found dead, its log read after it is complete
                 alive, chunk = node.poll()
-                for event in node.follower.feed(chunk):
+                for event in node.follower.feed(chunk, clock()):
                     if event.kind in FAILURE_EVENTS:
                         raise DesksideError(
                             f"node {node.name}: {event.explanation}",
@@ -150,9 +161,11 @@ def wait_ready(
                         hint=f"last lines of {node.where}:\n{node.follower.tail()}",
                     )
             if out.logged_kv_cache_line and health(http, api_url):
+                out.health_at = out.health_at or clock()
                 listed = served_models(http, api_url)
                 if all(n in listed for n in served_names):
                     out.events = {n.name: n.follower.events for n in nodes}
+                    out.seen = {n.name: dict(n.follower.seen) for n in nodes}
                     return out
             time.sleep(interval)
     stuck = min(nodes, key=lambda n: len(n.follower.events))

@@ -20,8 +20,12 @@ The states (READY, STARTING, DEGRADED, DOWN keep the meanings of `deskside statu
 - STARTING: the API never answered yet; or, after it did, the first request has run
   longer than the stall threshold while log lines still arrive and CPU time advances
   (kernels compile or autotune on first use; bounded by Thresholds.first_request_seconds).
-- WEDGED: requests run (or deskside's probe is in flight) and no generation token came
-  for Thresholds.stall_seconds while every process is alive. The reasons name the
+- WEDGED: requests run (or wait in the API server: accepted there and not finished, as
+  its /load counts them; or deskside's probe is in flight) and no generation token came
+  for Thresholds.stall_seconds while every process is alive (Thresholds.stopped_seconds
+  with a process stopped). A request sent after a rank froze never reaches the core's
+  counters (the core blocks in its collective and stops publishing them): the API
+  server's count is what tells it from idle. The reasons name the
   suspects: processes stopped (T), in uninterruptible sleep (D) over the whole window,
   whose CPU time stopped advancing while others' advances, or whose log went silent while
   other nodes log. Typical cause on TP=2 across two nodes: one rank stuck in a collective
@@ -296,7 +300,13 @@ def classify(obs: Observations, limits: Thresholds | None = None) -> Verdict:
 
 def _headline(newest: EngineSample, stalled: float, threshold: float) -> str:
     running = newest.running or 0.0
-    what = f"{running:g} request(s) run" if running > 0 else "deskside's probe waits"
+    accepted = newest.accepted or 0.0
+    if running > 0:
+        what = f"{running:g} request(s) run"
+    elif accepted > 0:
+        what = f"{accepted:g} request(s) accepted by the API server wait for the engine"
+    else:
+        what = "deskside's probe waits"
     return (
         f"wedged: no token generated for {stalled:.0f} s while {what} (threshold "
         f"{threshold:.0f} s); every engine process is alive"

@@ -44,6 +44,10 @@ class EngineSample:
     prompt_tokens: float | None = None  # vllm:prompt_tokens_total
     engine_steps: float | None = None  # vllm:iteration_tokens_total_count
     finished_requests: float | None = None  # vllm:request_success_total (all reasons)
+    # requests the API server accepted and has not finished: its /load ("server_load",
+    # with --enable-server-load-tracking). The core's counters stop with the core (a rank
+    # blocked in a collective): a request sent then is seen only here
+    accepted: float | None = None
 
 
 @dataclass(frozen=True)
@@ -177,13 +181,19 @@ def moved_since(samples: Sequence[EngineSample], field: str, since: float) -> fl
     return max(float(getattr(carried[-1], field)) - float(getattr(base, field)), 0.0)
 
 
+def demanded(s: EngineSample) -> bool:
+    """Requests run in the engine, or wait in the API server for it."""
+    return (s.running or 0) > 0 or (s.accepted or 0) > 0
+
+
 def demand_since(samples: Sequence[EngineSample], probe: Probe | None) -> float | None:
-    """Since when requests have been running without a break (the oldest sample of the
-    newest unbroken run of samples with running > 0), or the probe has been in flight:
-    the earlier of the two. None when nothing runs and no probe is out."""
+    """Since when requests have been running (or accepted by the API server and not
+    finished) without a break (the oldest sample of the newest unbroken run of samples with
+    demand), or the probe has been in flight: the earlier of the two. None when nothing
+    runs and no probe is out."""
     start: float | None = None
     for s in reversed(samples):
-        if s.running is None or s.running <= 0:
+        if not demanded(s):
             break
         start = s.at
     if probe is not None:

@@ -192,4 +192,5 @@ exec vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 \
   --data-parallel-rpc-port 29550 \
   --enable-expert-parallel \
   --host 192.168.0.27 \
-  --port 8888
+  --port 8888 \
+  --enable-server-load-tracking

@@ -64,4 +64,5 @@ exec python3 -m deskside.engine.cpu serve /opt/deskside/local-tiny/models/tiny-d
   --master-addr 10.77.0.1 \
   --master-port 25000 \
   --host 10.77.0.1 \
-  --port 8888
+  --port 8888 \
+  --enable-server-load-tracking

@@ -63,4 +63,5 @@ exec python3 -m deskside.engine.cpu serve /opt/deskside/local-replicas-a/models/
   --master-addr 10.79.0.1 \
   --master-port 25000 \
   --host 10.79.0.1 \
-  --port 8888
+  --port 8888 \
+  --enable-server-load-tracking

@@ -194,4 +194,5 @@ exec vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 \
   --master-addr 192.168.100.1 \
   --master-port 25000 \
   --host 192.168.0.27 \
-  --port 8888
+  --port 8888 \
+  --enable-server-load-tracking
