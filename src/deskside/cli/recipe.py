@@ -12,6 +12,7 @@ from deskside.cli import model_pull, model_sync
 from deskside.cli.common import JsonFlag, RecipeArg, emit_json, fail, out
 from deskside.errors import DesksideError, UsageError
 from deskside.terminal import shown
+from deskside.tiny import ARCHS
 
 model_app = typer.Typer(
     help="Model weights: pull the pinned revision, manifest, verify, sync to the workers; "
@@ -45,13 +46,13 @@ def validate(recipe: RecipeArg, as_json: JsonFlag = False) -> None:
 
 @model_app.command("tiny")
 def model_tiny(
-    arch: Annotated[str, typer.Option(help="deepseek-v3, llama, qwen3 or gemma3.")] = "deepseek-v3",
+    arch: Annotated[str, typer.Option(help="One of: " + ", ".join(ARCHS) + ".")] = "deepseek-v3",
     out_dir: Annotated[Path, typer.Option("--out", help="Folder to write.")] = Path("tiny-model"),
     as_json: JsonFlag = False,
 ) -> None:
     """Write a tiny model (config.json + a locally trained tokenizer) for vLLM's dummy
     weights: no downloads."""
-    from deskside.tiny import ARCHS, write_tiny_model
+    from deskside.tiny import write_tiny_model
 
     if arch not in ARCHS:
         fail(UsageError(f"unknown arch {arch!r}", hint="one of " + ", ".join(ARCHS)), as_json)
