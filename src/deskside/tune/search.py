@@ -246,7 +246,8 @@ def _failure(report: dict[str, Any]) -> str:
     stages = report.get("stages") or []
     for st in stages if isinstance(stages, list) else []:
         if isinstance(st, dict) and st.get("status") == "failed":
-            return f"{st.get('name')}: {st.get('detail')}"
+            why = st.get("detail") or report.get("error") or "failed"
+            return f"{st.get('name')}: {why}"
     return str(report.get("error") or report.get("detail") or "the start failed")
 
 
