@@ -26,12 +26,14 @@ with no request failing, or `deskside down` then `deskside up` with downtime.
 
 The switch: clients reach a one-group recipe either through its LiteLLM proxy or straight
 at the engine's port. Straight at the engine, green listens on another port, so a switch
-cannot be hitless: it is refused (`allow_downtime` lifts that refusal). Through the proxy, a
-hitless switch needs the proxy to reach the engine through a drain gate
-(`deskside.replicas.gate_server`) with blue and green as its two "groups", one on the
-recipe's engine port and one on another: the gate must be there from `up` on, since
-LiteLLM's upstreams are fixed when it starts. That gate, and the green start, proof and
-switch, are not built yet: when the nodes have room, `deskside upgrade` says so and refuses.
+cannot be hitless: it is refused (`allow_downtime` lifts that refusal for callers that
+accept it; the CLI offers no such switch yet). Through the proxy, LiteLLM's upstreams are
+fixed when it starts, so the proxy reaches the engine through a drain gate from `up` on
+(`deskside.runtime.engine_gate`: the replica set's gate with the engine's two port slots
+as its two "groups"); the upgrade starts green on the slot blue does not use, proves it,
+drains blue's slot at the gate and stops blue (`deskside.replicas.bluegreen_run`). Chosen
+because it reuses the set's gate, the runtime's launches and the set's proof unchanged, and
+needs no change of LiteLLM's configuration after `up`.
 """
 
 from __future__ import annotations
