@@ -162,6 +162,7 @@ def test_a_blue_green_upgrade_under_load_fails_no_request(running: tuple[Path, P
     assert report["before"]["failed"] == 0 and report["after"]["failed"] == 0
     # the run serves from green: its record, its state, its engine's environment
     assert run_record(home)["api_url"] == "http://10.77.0.1:9888"
+    assert run_record(home)["engine_overlay"] == {"port": 9888}  # a restart in place: there
     assert head_release(home) == "2"
     assert gone(blue), blue  # blue is stopped
     assert {s["name"] for s in head_state(home)["services"]} >= {"proxy", "gate"}

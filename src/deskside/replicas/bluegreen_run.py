@@ -11,8 +11,9 @@ memory decision and the refusals: `deskside.replicas.bluegreen`; the gate and th
     switched   blue's slot drained at the gate: new requests go to green, blue's running
                requests finish (waited for); then blue's engines are stopped
     recorded   each node's state is green's engine with the services blue's recorded (the
-               proxy, the gate, ...), the run record's API URL green's: status, logs,
-               down and restart act on green
+               proxy, the gate, ...), the run record's API URL green's, and green's port
+               as the run's engine overlay (a restart in place starts the engines again
+               there): status, logs, down and restart act on green
 
 A failed start or proof stops green and leaves blue serving (nothing was switched).
 """
@@ -75,16 +76,14 @@ class BlueGreenReport:
         return {"kind": "blue/green"} | asdict(self)
 
 
-def green_recipe(recipe: Recipe, slot: str) -> Recipe:
-    """The recipe on `slot`'s engine and rendezvous ports."""
+def green_recipe(recipe: Recipe, slot: str, port: int) -> Recipe:
+    """The recipe on `slot`'s engine `port` and a rendezvous port of its own."""
     fabric = recipe.cluster.fabric.model_copy(
-        update={"master_port": single_gate.slot_master_port(recipe, slot)}
+        update={"master_port": single_gate.green_master_port(recipe, slot)}
     )
     return recipe.model_copy(
         update={
-            "engine": recipe.engine.model_copy(
-                update={"port": single_gate.slot_port(recipe, slot)}
-            ),
+            "engine": recipe.engine.model_copy(update={"port": port}),
             "cluster": recipe.cluster.model_copy(update={"fabric": fabric}),
         }
     )
@@ -122,11 +121,17 @@ class BlueGreen:
         self.transports: dict[str, Transport] = {
             n.name: LocalTransport(netns=n.netns) for n in run.nodes
         }
-        self.blue_slot = single_gate.slot_of(recipe, run.api_url)
-        self.green_slot = "b" if self.blue_slot == "a" else "a"
-        self.green = green_recipe(recipe, self.green_slot)
         self.folder = run_dir(recipe.name)
         self.site = local_site(recipe, self.folder, sys.executable)
+        # the slots as the running gate knows them (a restart may have moved `up`'s ports)
+        try:
+            slots = single_gate.running_slots(single_gate.gate_folder(self.site.cluster))
+        except (OSError, ValueError, KeyError, TypeError):
+            slots = {s: single_gate.slot_url(recipe, s) for s in single_gate.SLOTS}
+        self.blue_slot = next((s for s, u in slots.items() if u == run.api_url), "a")
+        self.green_slot = "b" if self.blue_slot == "a" else "a"
+        self.green_port = int(slots[self.green_slot].rsplit(":", 1)[1])
+        self.green = green_recipe(recipe, self.green_slot, self.green_port)
         self.key = secrets.engine_api_key(recipe.name).reveal()
         self.started: Executed = Executed()
         self.layouts = {n.name: green_layout(run.layout(n), recipe.name) for n in run.nodes}
@@ -207,8 +212,7 @@ class BlueGreen:
                 env=la.env,
                 cwd=la.workdir,
                 log=layout.engine_log("engine", stamp(when)),
-                what=f"starting green {la.role} {la.node} on port "
-                f"{single_gate.slot_port(self.recipe, self.green_slot)}",
+                what=f"starting green {la.role} {la.node} on port {self.green_port}",
             )
         execute(ops, self.transports, self.started, self.say)
         nodes = [
@@ -280,6 +284,9 @@ class BlueGreen:
         self.say(f"blue stopped after {self.report.drain_seconds:.1f} s of draining")
         self.run.api_url = url
         self.run.recipe = str(self.path)
+        # a restart in place starts the engines again on green's port (the gate sends there)
+        port = self.green_port
+        self.run.engine_overlay = {"port": port} if port != self.recipe.engine.port else None
         self.run.ready_at = datetime.now(UTC).isoformat(timespec="seconds")
         save_run(self.run)
         if problems:

@@ -2,8 +2,8 @@
 the engine through the replica set's gate (`deskside.replicas.gate_server`) with two
 "groups", the engine's two slots:
 
-    a   the recipe's engine.port (and fabric.master_port): where `up` starts the engine
-    b   those ports + SLOT_OFFSET: where a blue/green upgrade starts the second copy
+    a   the recipe's engine.port: where `up` starts the engine
+    b   engine.port + SLOT_OFFSET: where a blue/green upgrade starts the second copy
 
 LiteLLM always calls slot a's gate port (proxy.port + 1); the gate relays to a unless its
 drain file names a, then to b (slot b's gate port, proxy.port + 2, is not called). A
@@ -46,8 +46,17 @@ def slot_port(recipe: Recipe, slot: str) -> int:
     return recipe.engine.port + (SLOT_OFFSET if slot == "b" else 0)
 
 
-def slot_master_port(recipe: Recipe, slot: str) -> int:
-    return recipe.cluster.fabric.master_port + (SLOT_OFFSET if slot == "b" else 0)
+def green_master_port(recipe: Recipe, slot: str) -> int:
+    """The rendezvous port of a copy an upgrade starts on `slot`: master_port + SLOT_OFFSET on
+    b, + 2 x SLOT_OFFSET on a, so it never meets the running copy's (`up`'s master_port, or
+    the other slot's)."""
+    return recipe.cluster.fabric.master_port + SLOT_OFFSET * (1 if slot == "b" else 2)
+
+
+def running_slots(folder: str) -> dict[str, str]:
+    """slot -> upstream URL, as the running gate was started (its gate.json)."""
+    data = json.loads(Path(folder, GATE_CONFIG).read_text())
+    return {slot: str(one["upstream"]) for slot, one in data["groups"].items()}
 
 
 def slot_url(recipe: Recipe, slot: str) -> str:
@@ -150,7 +159,8 @@ __all__ = [
     "gate_port",
     "gate_service",
     "gated",
-    "slot_master_port",
+    "green_master_port",
+    "running_slots",
     "slot_of",
     "slot_port",
     "slot_url",
