@@ -99,6 +99,7 @@ class OpenLoad:
     url: str
     key: str
     rate: float = 8.0
+    models: tuple[str, ...] = ("llama-tiny", "tiny-replicas")  # sent in turn
     sent: int = 0
     answered: int = 0
     failures: list[str] = field(default_factory=list)
@@ -108,7 +109,7 @@ class OpenLoad:
 
     def _one(self, client: httpx.Client, i: int) -> None:
         body = {
-            "model": ("llama-tiny", "tiny-replicas")[i % 2],
+            "model": self.models[i % len(self.models)],
             "messages": [{"role": "user", "content": f"request {i}"}],
             "max_tokens": 4,
         }

@@ -73,12 +73,14 @@ def test_dry_run_of_a_local_recipe_prints_the_transcript(tmp_path: Path, home: P
     spawns = [(t["stage"], t["node"]) for t in report["transcript"] if t["op"].startswith("spawn ")]
     engines = [node for stage, node in spawns if stage == "start"]
     assert engines == ["node1", "node0"]  # workers first
-    # local-tiny enables the proxy and the monitoring: head services, then every node's
+    # local-tiny enables the proxy (and its gate) and the monitoring: head services, then
+    # every node's
     services = [t for t in report["transcript"] if t["stage"] == "services"]
     started = [
         (t["node"], t["what"].split(" on ")[0]) for t in services if t["op"].startswith("spawn ")
     ]
     assert started == [
+        ("node0", "drain gate"),  # LiteLLM reaches the engine through it
         ("node0", "LiteLLM proxy"),
         ("node0", "Prometheus"),
         ("node0", "node_exporter"),

@@ -33,7 +33,7 @@ from deskside.recipe.types import Node, Recipe
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.secrets import master_key_file
 
-ServiceKey = Literal["proxy", "prometheus", "grafana", "node_exporter", "exporter", "watch"]
+ServiceKey = Literal["proxy", "prometheus", "grafana", "node_exporter", "exporter", "watch", "gate"]
 
 MASTER_KEY_ENV = "LITELLM_MASTER_KEY"
 """The proxy's master key variable (LiteLLM's config names it: os.environ/...)."""
@@ -54,6 +54,7 @@ WHAT: dict[ServiceKey, str] = {
     "node_exporter": "node_exporter",
     "exporter": "deskside node exporter",
     "watch": "deskside node watch",
+    "gate": "drain gate",
 }
 
 

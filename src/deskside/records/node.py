@@ -24,20 +24,21 @@ ControlKind = Literal["process", "systemd", "compose"]
 
 # a pid deskside may signal: never 0 or 1 (0 and -1 select whole groups, 1 is init)
 Pid = Annotated[int, Field(ge=2)]
-ServiceName = Literal["proxy", "prometheus", "node_exporter", "exporter", "watch"]
+ServiceName = Literal["proxy", "prometheus", "node_exporter", "exporter", "watch", "gate"]
 """Processes deskside starts beside an engine: the LiteLLM proxy (head), Prometheus (head),
 node_exporter and deskside's exporter (every node), `deskside watch` (head, runs on this
-machine)."""
+machine), the proxy's drain gate (head, runs on this machine: `deskside.runtime.engine_gate`)."""
 SERVICE_NAMES: tuple[ServiceName, ...] = (
     "proxy",
     "prometheus",
     "node_exporter",
     "exporter",
     "watch",
+    "gate",
 )
 TAG_RE = re.compile(
     r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*/[0-9]{14}/"
-    r"(engine|proxy|prometheus|node_exporter|exporter|watch)"
+    r"(engine|proxy|prometheus|node_exporter|exporter|watch|gate)"
 )
 MAX_STATE_BYTES = 64 * 1024
 FORGET_HINT = (

@@ -2,17 +2,13 @@
 (`netns:`) joined by a bridge. Nothing is pushed: the engines run from the model folder in
 place, each node's state and log under `$DESKSIDE_HOME/runs/<recipe>/nodes/<node>/`.
 
-Stages: preflight (the plan fits, the model exists, the run is not up already, the
-enabled services' programs exist, the nodes match: `deskside.deploy.drift`) -> network
-(the namespaces and the bridge) -> start (workers first, then the head) -> ready (/health,
-every alias in /v1/models, the engine's KV line) -> services (the proxy and the monitoring
-the recipe enables, each answering; see `deskside.runtime.services`) -> contract (a
-completion per name, through the proxy when there is one). A failure from `network` on
-stops everything this start began.
-
-With a proxy the engine answers /v1 only with its own key (the proxy is the only door), as
-on deployed nodes: the head's engine reads it from $DESKSIDE_HOME/secrets/<recipe>/engine.env.
-"""
+Stages: preflight (the plan fits, the model exists, the run is not up already, the enabled
+services' programs exist, the nodes match: `deskside.deploy.drift`) -> network (namespaces,
+bridge) -> start (workers first, then the head) -> ready (/health, every alias in /v1/models,
+the KV line) -> services (the proxy, its drain gate (`deskside.runtime.engine_gate`) and the
+monitoring enabled, each answering) -> contract (a completion per name, through the proxy
+when there is one). A failure from `network` on stops everything this start began. With a
+proxy the engine answers /v1 only with its own key (from <secrets>/<recipe>/engine.env)."""
 
 from __future__ import annotations
 
@@ -43,6 +39,7 @@ from deskside.records.run import LocalNetwork, RunNode, RunRecord, load_run, sav
 from deskside.runtime import node_sh
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import Control, control_kind, watched
+from deskside.runtime.engine_gate import with_gate, write_here
 from deskside.runtime.nodes import RunCommands, any_running, down
 from deskside.runtime.ops import Executed, Local, Op, Run, Spawn, stamp
 from deskside.runtime.phases import cluster_phases, first_token_at, launch_lock, timed_start
@@ -355,6 +352,7 @@ class LocalStart:
     def services(self) -> Outcome:
         # natively, every service with a command line (Grafana runs only in its image)
         launches = [s for s in self.service_table if s.argv and s.name not in self.skip]
+        launches = with_gate(self.recipe, launches, self.service_site, self._behind_proxy)
         if not launches:
             return Outcome("no proxy or monitoring enabled", skipped=True)
         started = self.now()
@@ -429,6 +427,7 @@ class LocalStart:
 
     def _files(self) -> None:
         write_service_files(self.recipe, self.recipe_path, self.plan, self.service_site)
+        write_here(self.recipe, self.service_site, self.api_url, self._behind_proxy)
         if self._behind_proxy and not self.recipe.proxy.master_key_file:
             secrets.proxy_master_key(self.recipe.name)  # made once, 0600
 

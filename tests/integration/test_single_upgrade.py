@@ -1,0 +1,196 @@
+"""`deskside upgrade` of a one-group recipe (the embedded local-tiny: two network-namespace
+nodes, TP=2, the real LiteLLM proxy, the stand-in engine) under a steady open-loop load
+through the proxy: a blue/green restart. A changed setting is upgraded with no client
+request failing and the run then serves from the new copy (its record says so, `down`
+leaves nothing); a new copy that fails its proof (the bench 4x slower) is stopped and the
+old one serves on, again with no request failing.
+
+Needs root, iproute2 and the LiteLLM proxy in .venv-proxy (scripts/bootstrap --with-proxy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deskside.home import embedded_recipes
+from deskside.planner.inputs import plan_recipe
+from deskside.recipe.load import load_recipe
+from deskside.tiny import write_tiny_model
+
+from ..stand_in_engine import stand_in
+from ..upgrade_load import PROXY_BIN, OpenLoad, cli
+
+pytestmark = pytest.mark.integration
+
+NAME = "local-tiny"
+PROXY = "http://10.77.0.1:4000"
+NAMESPACES = ("ds-node0", "ds-node1")
+MODELS = ("deepseek-v4-flash-tiny", "tiny")
+
+
+def tiny_recipe(folder: Path, version: str, delay: float) -> Path:
+    """local-tiny run by the stand-in engine at `version` (DESKSIDE_RELEASE in engine.env),
+    `delay` seconds per request; no monitoring, no watch."""
+    text = embedded_recipes()[NAME]
+    python = folder / "stand-in" / "python"
+    assert "\nruntime:\n" in text
+    text = text.replace("\nruntime:\n", f"\nruntime:\n  python: {python}\n", 1)
+    env = '  env:\n    HF_HUB_OFFLINE: "1"'
+    assert env in text
+    text = text.replace(
+        env, env + f'\n    DESKSIDE_RELEASE: "{version}"\n    STAND_IN_DELAY: "{delay}"'
+    )
+    text = text[: text.index("\nmonitoring:") + 1]  # monitoring and survive: the defaults (off)
+    model = folder / "models" / "tiny-deepseek-v3"
+    if not (model / "config.json").is_file():
+        write_tiny_model("deepseek-v3", model)
+    path = folder / f"{NAME}-{version}.yaml"
+    path.write_text(text)
+    if not python.exists():
+        stand_in(python.parent, plan_recipe(load_recipe(path), path).kv_cache_line)
+    return path
+
+
+def run_record(home: Path) -> Any:
+    return json.loads((home / "runs" / NAME / "run.json").read_text())
+
+
+def head_state(home: Path) -> Any:
+    run = run_record(home)
+    head = next(n for n in run["nodes"] if n["role"] == "head")
+    return json.loads((Path(head["recipe_dir"]) / "state.json").read_text())
+
+
+def head_release(home: Path) -> str | None:
+    environ = Path(f"/proc/{head_state(home)['pid']}/environ").read_bytes().split(b"\0")
+    for item in environ:
+        if item.startswith(b"DESKSIDE_RELEASE="):
+            return item.split(b"=", 1)[1].decode()
+    return None
+
+
+def engine_pids(home: Path) -> list[int]:
+    run = run_record(home)
+    pids = []
+    for n in run["nodes"]:
+        state = json.loads((Path(n["recipe_dir"]) / "state.json").read_text())
+        pids.append(int(state["pid"]))
+    return pids
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie has ended: only its parent's reaping is left)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def gone(pids: list[int], seconds: float = 10.0) -> bool:
+    """Every pid's process has ended (a stopped process is reaped a moment later)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not [p for p in pids if alive(p)]:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def master_key(home: Path) -> str:
+    return (home / "secrets" / NAME / "proxy-master-key").read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    if not (PROXY_BIN / "litellm").exists():
+        pytest.skip(f"litellm is not installed in {PROXY_BIN}")
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    if any(ns in listed.split() for ns in NAMESPACES):
+        pytest.skip(f"namespaces {NAMESPACES} exist already")
+    home = tmp_path_factory.mktemp("home")
+    folder = tmp_path_factory.mktemp("recipes")
+    first = tiny_recipe(folder, "1", 0.2)
+    r = cli(home, "up", str(first), "--json", timeout=600)
+    downed = False
+    try:
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+        yield home, folder
+        pids = engine_pids(home)
+        down = cli(home, "down", NAME, "--json", timeout=300)
+        downed = True
+        assert down.returncode == 0, down.stdout + down.stderr
+        # nothing left: no engine, no namespace, no record of the run
+        assert gone(pids), pids
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert not set(NAMESPACES) & set(listed.split())
+        assert not (home / "runs" / NAME / "run.json").exists()
+    finally:
+        if not downed:
+            cli(home, "down", NAME, timeout=300)
+
+
+def test_a_blue_green_upgrade_under_load_fails_no_request(running: tuple[Path, Path]) -> None:
+    home, folder = running
+    assert head_release(home) == "1"
+    assert run_record(home)["api_url"] == "http://10.77.0.1:8888"
+    blue = engine_pids(home)
+    second = tiny_recipe(folder, "2", 0.2)
+    with OpenLoad(PROXY, master_key(home), rate=8, models=MODELS) as load:
+        time.sleep(3)  # the load runs before the upgrade begins
+        t0 = time.monotonic()
+        r = cli(home, "upgrade", str(second), "--json", timeout=600)
+        seconds = time.monotonic() - t0
+        time.sleep(3)  # and after it ends
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    report = json.loads(r.stdout)
+    print(f"upgrade_seconds: {seconds:.1f}; sent {load.sent}, failed {len(load.failures)}")
+    assert load.failures == [], load.failures[:5]
+    assert load.answered == load.sent and load.sent >= 8 * seconds
+    assert report["kind"] == "blue/green" and report["ok"], report
+    assert report["blue"] == "http://10.77.0.1:8888"
+    assert report["green"] == "http://10.77.0.1:9888"  # slot b: engine.port + 1000
+    assert report["before"]["failed"] == 0 and report["after"]["failed"] == 0
+    # the run serves from green: its record, its state, its engine's environment
+    assert run_record(home)["api_url"] == "http://10.77.0.1:9888"
+    assert run_record(home)["engine_overlay"] == {"port": 9888}  # a restart in place: there
+    assert head_release(home) == "2"
+    assert gone(blue), blue  # blue is stopped
+    assert {s["name"] for s in head_state(home)["services"]} >= {"proxy", "gate"}
+    status = cli(home, "status", NAME, "--json", timeout=120)
+    assert status.returncode == 0, status.stdout + status.stderr
+
+
+def test_a_green_failing_its_proof_is_stopped_and_blue_serves_on(
+    running: tuple[Path, Path],
+) -> None:
+    home, folder = running
+    before = run_record(home)["api_url"]
+    slower = tiny_recipe(folder, "3", 0.8)  # 4x the stand-in's time per request
+    with OpenLoad(PROXY, master_key(home), rate=4, models=MODELS) as load:
+        time.sleep(2)
+        r = cli(home, "upgrade", str(slower), "--json", timeout=600)
+        time.sleep(2)
+    assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-4000:]
+    report = json.loads(r.stdout)
+    assert load.failures == [], load.failures[:5]
+    assert not report["ok"] and "median latency" in report["error"], report
+    # nothing switched: the same engine serves, green's processes are gone
+    assert run_record(home)["api_url"] == before
+    assert head_release(home) == "2"
+    green_port = "8888" if str(before).endswith(":9888") else "9888"
+    listening = subprocess.run(
+        ["ip", "netns", "exec", "ds-node0", "ss", "-Hltn", f"sport = :{green_port}"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert listening.strip() == "", listening
