@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+import time
 from dataclasses import dataclass
 
 from deskside.errors import DesksideError
 from deskside.recipe.types import Recipe
 from deskside.transport.base import Transport
+
+# how long a start waits for a just-deleted namespace's veth pair to be freed by the kernel
+STALE_LINK_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,25 @@ def stale_links(net: LocalNet, existing: set[str], links: set[str]) -> list[str]
         for ns, _, host_side, _ in net.namespaces
         if ns not in existing and host_side in links
     ]
+
+
+def namespaces_without_stale_links(
+    here: Transport, net: LocalNet, seconds: float = STALE_LINK_SECONDS
+) -> set[str]:
+    """The namespaces that exist, once no host-side veth of `net` is left without its
+    namespace. The kernel frees a deleted namespace's pair a moment after `ip netns del`
+    (right after a `down`), so such links get `seconds` to go; one left longer is another
+    process's hold: DesksideError (stale_link_error)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        existing = existing_namespaces(here)
+        listed = here.run(["ip", "-o", "link", "show"])
+        stale = stale_links(net, existing, link_names(listed.stdout))
+        if not stale:
+            return existing
+        if time.monotonic() > deadline:
+            raise stale_link_error(stale)
+        time.sleep(0.25)
 
 
 def stale_link_error(names: list[str]) -> DesksideError:

@@ -31,10 +31,12 @@ def free_port() -> int:
 
 class Upstream(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[str | None]] = []
+    lengths: ClassVar[list[list[str]]] = []
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         Upstream.seen.append(self.headers.get("Authorization"))
+        Upstream.lengths.append(self.headers.get_all("Content-Length") or [])
         body = b'{"ok": true}'
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -96,6 +98,23 @@ def test_only_a_holder_of_the_groups_key_is_relayed(gate: str) -> None:
     assert "engine-secret" not in anonymous.text + wrong.text
     assert holder.status_code == 200 and holder.json() == {"ok": True}
     assert Upstream.seen == ["Bearer engine-secret-a"]  # the refused ones never reached it
+
+
+def test_the_callers_length_and_key_are_replaced_in_any_case(gate: str) -> None:
+    """A real engine's HTTP parser refuses a request with two Content-Length headers: the
+    caller's, written in lower case, is replaced, not doubled."""
+    Upstream.lengths.clear()
+    host, port = gate.removeprefix("http://").split(":")
+    body = b'{"prompt": "x"}'
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: "
+            + str(len(body)).encode()
+            + b"\r\nauthorization: Bearer engine-secret-a\r\n\r\n"
+            + body
+        )
+        assert s.recv(1024).startswith(b"HTTP/1.1 200")
+    assert Upstream.lengths == [[str(len(body))]]
 
 
 def test_a_stalled_client_is_dropped(gate: str) -> None:

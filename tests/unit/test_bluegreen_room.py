@@ -127,6 +127,8 @@ def test_upgrade_of_the_running_flagship_is_refused_with_exit_2(
 ) -> None:
     from types import SimpleNamespace
 
+    import deskside.replicas.upgrade
+    import deskside.runtime.local  # noqa: F401  (bound to the real load_run before the patch)
     from deskside.cli.upgrade import single_group
 
     running = SimpleNamespace(recipe=str(FLAGSHIP))

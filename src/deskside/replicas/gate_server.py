@@ -152,9 +152,10 @@ def handler(gate: Gate, group: str) -> type[http.server.BaseHTTPRequestHandler]:
         def _send(self, to: str, body: bytes) -> None:
             up = urllib.parse.urlsplit(gate.groups[to]["upstream"])
             conn = http.client.HTTPConnection(up.hostname, up.port, timeout=gate.timeout)
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
-            headers.pop("Authorization", None)
-            headers.pop("authorization", None)
+            # the caller's own length and key, in whatever case it wrote them, are replaced:
+            # two Content-Length headers make an engine's HTTP parser refuse the request
+            replaced = HOP | {"content-length", "authorization"}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in replaced}
             key = gate.keys.get(gate.groups[to]["key_env"])
             if key:
                 headers["Authorization"] = f"Bearer {key}"

@@ -59,9 +59,6 @@ from deskside.runtime.transports import HERE
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 
-# how long a start waits for a just-deleted namespace's veth pair to be freed by the kernel
-STALE_LINK_SECONDS = 10.0
-
 
 def _iso(when: datetime) -> str:
     return when.isoformat(timespec="seconds")
@@ -194,20 +191,7 @@ class LocalStart:
                     hint="run as root with iproute2 installed, or remove netns: from the nodes",
                 )
         if self.net is not None and localnet.can_create()[0]:
-            # the kernel frees a deleted namespace's veth pair a moment after `ip netns del`
-            # (right after a `down`): a link left longer is another process's hold
-            deadline = time.monotonic() + STALE_LINK_SECONDS
-            while True:
-                self.existing = localnet.existing_namespaces(self.transports[HERE])
-                listed = self.transports[HERE].run(["ip", "-o", "link", "show"])
-                stale = localnet.stale_links(
-                    self.net, self.existing, localnet.link_names(listed.stdout)
-                )
-                if not stale:
-                    break
-                if time.monotonic() > deadline:
-                    raise localnet.stale_link_error(stale)
-                time.sleep(0.25)
+            self.existing = localnet.namespaces_without_stale_links(self.transports[HERE], self.net)
         before = gather(self.transports[HERE], shm_fact()).result(shm_fact())
         if isinstance(before, ShmScan):
             self.record.shm_before = [e.name for e in before.entries]
