@@ -17,7 +17,9 @@ import pytest
 
 from ..upgrade_load import PROXY, OpenLoad, can_run, cli, head_release, master_key, set_recipe
 
-pytestmark = pytest.mark.integration
+# one worker runs these in order (scripts/run-tests: --dist loadgroup): the tests share a
+# module fixture's run and its network namespaces, and one test builds on the one before
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("namespaced-runs")]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,9 @@ from deskside.tiny import write_tiny_model
 from ..stand_in_engine import stand_in
 from ..upgrade_load import PROXY_BIN, OpenLoad, cli
 
-pytestmark = pytest.mark.integration
+# one worker runs these in order (scripts/run-tests: --dist loadgroup): the tests share a
+# module fixture's run and its network namespaces, and one test builds on the one before
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("namespaced-runs")]
 
 NAME = "local-tiny"
 PROXY = "http://10.77.0.1:4000"
