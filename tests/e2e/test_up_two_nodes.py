@@ -359,6 +359,7 @@ def test_down_leaves_nothing(local_tiny: SharedCluster) -> None:
     services = {(n["name"], s["name"]): s["pid"] for n in before["nodes"] for s in n["services"]}
     assert set(services) == {
         ("node0", "proxy"),
+        ("node0", "gate"),  # the proxy's drain gate (a blue/green upgrade switches there)
         ("node0", "prometheus"),
         ("node0", "node_exporter"),
         ("node0", "exporter"),
