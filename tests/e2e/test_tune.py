@@ -37,14 +37,9 @@ def tune_recipe(folder: Path) -> Path:
     return path
 
 
-def test_tune_picks_a_frontier_point_and_up_serves_its_overlay(tmp_path: Path) -> None:
-    recipe = tune_recipe(tmp_path)
-    home = tmp_path / "home"
-    out = tmp_path / "search"
-    t0 = time.monotonic()
-    r = deskside(
-        "tune",
-        str(recipe),
+def tune_args(out: Path) -> list[str]:
+    """The tune command's arguments (the same for the run and for its resumption)."""
+    return [
         "--sla",
         "ttft_p95<=60s,tpot_p50<=10s",
         "--max-model-len",
@@ -69,6 +64,18 @@ def test_tune_picks_a_frontier_point_and_up_serves_its_overlay(tmp_path: Path) -
         "3",
         "--out",
         str(out),
+    ]
+
+
+def test_tune_picks_a_frontier_point_and_up_serves_its_overlay(tmp_path: Path) -> None:
+    recipe = tune_recipe(tmp_path)
+    home = tmp_path / "home"
+    out = tmp_path / "search"
+    t0 = time.monotonic()
+    r = deskside(
+        "tune",
+        str(recipe),
+        *tune_args(out),
         "--json",
         home=home,
         timeout=1500,
@@ -101,30 +108,7 @@ def test_tune_picks_a_frontier_point_and_up_serves_its_overlay(tmp_path: Path) -
     again = deskside(
         "tune",
         str(recipe),
-        "--sla",
-        "ttft_p95<=60s,tpot_p50<=10s",
-        "--max-model-len",
-        "2048",
-        "--max-num-seqs",
-        "4",
-        "--max-num-batched-tokens",
-        "2048",
-        "--kv-cache-dtype",
-        "auto",
-        "--num-speculative-tokens",
-        "1,2,3",
-        "--prompt-lens",
-        "64",
-        "--concurrency",
-        "1,2",
-        "--max-tokens",
-        "16",
-        "--requests",
-        "4",
-        "--max-starts",
-        "3",
-        "--out",
-        str(out),
+        *tune_args(out),
         "--json",
         home=home,
         timeout=120,
