@@ -31,8 +31,15 @@ from .cli_process import deskside
 from .stand_in_engine import stand_in
 
 NAME = "local-replicas"
-PROXY = "http://127.0.0.1:4100"
-NAMESPACES = ("ds-ra0", "ds-ra1", "ds-rb0", "ds-rb1")
+# the set's own namespaces, veths, addresses and proxy port: never those of a local-replicas
+# run that is up on this machine (set_recipe renames them)
+RENAMES = (
+    ("10.79.", "10.81."),
+    ("netns: ds-r", "netns: ds-u"),
+    ("interface: ds-rv", "interface: ds-uv"),
+    ("port: 4100", "port: 4200"),
+)
+PROXY = "http://127.0.0.1:4200"
 ROOT = Path(__file__).parents[1]
 PROXY_BIN = Path(os.environ.get("DESKSIDE_PROXY_VENV", ROOT / ".venv-proxy")) / "bin"
 
@@ -42,10 +49,6 @@ def can_run() -> tuple[bool, str]:
         return False, "needs root (network namespaces)"
     if not (PROXY_BIN / "litellm").exists():
         return False, f"litellm is not installed in {PROXY_BIN}"
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    taken = [ns for ns in NAMESPACES if ns in listed.split()]
-    if taken:
-        return False, f"namespaces {taken} exist already"
     return True, ""
 
 
@@ -53,6 +56,9 @@ def set_recipe(folder: Path, version: str, delay: float) -> Path:
     """The embedded recipe, run by the stand-in engine, at `version` (see the module
     docstring); the tiny model and the stand-in made on first use."""
     text = embedded_recipes()[NAME]
+    for old, new in RENAMES:
+        assert old in text, old
+        text = text.replace(old, new)
     python = folder / "stand-in" / "python"
     text = text.replace(
         "runtime:\n  kind: native\n  systemd: false\n",

@@ -17,9 +17,10 @@ import pytest
 
 from ..upgrade_load import PROXY, OpenLoad, can_run, cli, head_release, master_key, set_recipe
 
-# one worker runs these in order (scripts/run-tests: --dist loadgroup): the tests share a
-# module fixture's run and its network namespaces, and one test builds on the one before
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("namespaced-runs")]
+# one worker runs a module's tests in order (scripts/run-tests: --dist loadfile; pytest 9.2
+# ignores xdist 3.8's group marks): the tests share a module fixture's run and its network
+# namespaces, and one test builds on the one before
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
