@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from deskside.home import embedded_recipes
@@ -43,7 +44,7 @@ MODELS = ("deepseek-v4-flash-tiny", "tiny")
 
 def tiny_recipe(folder: Path, version: str, delay: float) -> Path:
     """local-tiny run by the stand-in engine at `version` (DESKSIDE_RELEASE in engine.env),
-    `delay` seconds per request; no monitoring, no watch."""
+    `delay` seconds per request; with its monitoring (Prometheus on the head), no watch."""
     text = embedded_recipes()[NAME]
     for old, new in (("10.77.0.", "10.78.0."), ("ds-node", "ds-sug"), ("ds-veth", "ds-suv")):
         assert old in text
@@ -56,7 +57,7 @@ def tiny_recipe(folder: Path, version: str, delay: float) -> Path:
     text = text.replace(
         env, env + f'\n    DESKSIDE_RELEASE: "{version}"\n    STAND_IN_DELAY: "{delay}"'
     )
-    text = text[: text.index("\nmonitoring:") + 1]  # monitoring and survive: the defaults (off)
+    text = text[: text.index("\nsurvive:") + 1]  # no watcher (survive's default: off)
     model = folder / "models" / "tiny-deepseek-v3"
     if not (model / "config.json").is_file():
         write_tiny_model("deepseek-v3", model)
@@ -113,6 +114,24 @@ def gone(pids: list[int], seconds: float = 10.0) -> bool:
     return False
 
 
+def scraped_engines(seconds: float = 0.0, want: str | None = None) -> list[tuple[str, str]]:
+    """(scrape URL, health) of Prometheus's `vllm` targets; with `want`, polled for up to
+    `seconds` until that port's target is the only one and is up."""
+    deadline = time.monotonic() + seconds
+    while True:
+        r = httpx.get(f"http://{HEAD}:9090/api/v1/targets", params={"state": "active"}, timeout=5)
+        targets = [
+            (t["scrapeUrl"], t["health"])
+            for t in r.json()["data"]["activeTargets"]
+            if t["labels"].get("job") == "vllm"
+        ]
+        if want is None or time.monotonic() > deadline:
+            return targets
+        if [(u.split("/")[2].rsplit(":", 1)[1], h) for u, h in targets] == [(want, "up")]:
+            return targets
+        time.sleep(1)
+
+
 def master_key(home: Path) -> str:
     return (home / "secrets" / NAME / "proxy-master-key").read_text().strip()
 
@@ -150,6 +169,7 @@ def test_a_blue_green_upgrade_under_load_fails_no_request(running: tuple[Path, P
     assert head_release(home) == "1"
     assert run_record(home)["api_url"] == f"http://{HEAD}:8888"
     blue = engine_pids(home)
+    assert scraped_engines(60, want="8888") == [(f"http://{HEAD}:8888/metrics", "up")]
     second = tiny_recipe(folder, "2", 0.2)
     with OpenLoad(PROXY, master_key(home), rate=8, models=MODELS) as load:
         time.sleep(3)  # the load runs before the upgrade begins
@@ -171,6 +191,8 @@ def test_a_blue_green_upgrade_under_load_fails_no_request(running: tuple[Path, P
     assert run_record(home)["engine_overlay"] == {"port": 9888}  # a restart in place: there
     assert head_release(home) == "2"
     assert gone(blue), blue  # blue is stopped
+    # Prometheus follows the engine to green's port (its target file), with no restart
+    assert scraped_engines(60, want="9888") == [(f"http://{HEAD}:9888/metrics", "up")]
     assert {s["name"] for s in head_state(home)["services"]} >= {"proxy", "gate"}
     status = cli(home, "status", NAME, "--json", timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
@@ -194,6 +216,8 @@ def test_a_green_failing_its_proof_is_stopped_and_blue_serves_on(
     # nothing switched: the same engine serves, green's processes are gone
     assert run_record(home)["api_url"] == before
     assert release in ("1", "2") and head_release(home) == release
+    port = str(before).rsplit(":", 1)[1]
+    assert scraped_engines() == [(f"http://{HEAD}:{port}/metrics", "up")]
     green_port = "8888" if str(before).endswith(":9888") else "9888"
     listening = subprocess.run(
         ["ip", "netns", "exec", NAMESPACES[0], "ss", "-Hltn", f"sport = :{green_port}"],

@@ -16,6 +16,7 @@ Bundle layout:
     cluster/litellm/config.yaml       proxy.enabled: served name + aliases -> head
     cluster/litellm/run-proxy.sh      proxy.enabled: starts LiteLLM with the key file
     cluster/prometheus/prometheus.yml monitoring.enabled
+    cluster/prometheus/engine-targets.json   the engine's /metrics (file discovery)
     cluster/prometheus/rules/deskside.rules.yml
     cluster/prometheus/rules/deskside.rules.test.yml   promtool tests of every alert
     cluster/grafana/dashboards/deskside-<recipe>.json
@@ -93,6 +94,10 @@ def render(recipe: Recipe, recipe_path: Path, plan: Plan) -> Bundle:
     if recipe.monitoring.enabled:
         bundle.add(
             f"{CLUSTER_DIR}/prometheus/prometheus.yml", prometheus.render_prometheus_config(ctx)
+        )
+        bundle.add(
+            f"{CLUSTER_DIR}/prometheus/{prometheus.ENGINE_TARGETS_FILE}",
+            prometheus.render_engine_targets(recipe),
         )
         bundle.add(
             f"{CLUSTER_DIR}/prometheus/{prometheus.RULES_FILE}", prometheus.render_alert_rules(ctx)

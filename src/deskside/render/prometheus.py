@@ -3,7 +3,10 @@
 integration tests).
 
 Scrape jobs:
-- `vllm`: the engine's /metrics on the head (workers are headless: no HTTP server);
+- `vllm`: the engine's /metrics on the head (workers are headless: no HTTP server), its
+  target in `cluster/prometheus/engine-targets.json` (file discovery: a blue/green upgrade
+  that moves the engine to another port rewrites that file, and Prometheus follows it
+  without a restart);
 - `node`: node_exporter on every node (memory, and RoCE port counters from its default
   `infiniband` collector);
 - `deskside`: deskside's own exporter on every node, on port `series.EXPORTER_PORT`
@@ -36,8 +39,9 @@ from typing import Any
 
 from deskside.engine.launch import probe_host
 from deskside.exporter import series
+from deskside.recipe.types import Recipe
 from deskside.render.context import RenderContext
-from deskside.render.serialize import comment_header, yaml_text
+from deskside.render.serialize import comment_header, json_text, yaml_text
 
 MEMORY_AVAILABLE_WARN = 0.05
 """MemoryHeadroomLow fires when MemAvailable is under this fraction of MemTotal. A published
@@ -78,8 +82,27 @@ RULES_FILE = "rules/deskside.rules.yml"
 RULES_TEST_FILE = "rules/deskside.rules.test.yml"
 
 
+ENGINE_TARGETS_FILE = "engine-targets.json"
+"""The `vllm` job's target, beside prometheus.yml (file_sd_configs: a relative file is read
+from the configuration's folder, and re-read when it changes)."""
+
+
 def _target(host: str, port: int) -> str:
     return f"{host}:{port}"
+
+
+def engine_targets(recipe: Recipe) -> list[dict[str, Any]]:
+    """The `vllm` job's target group: the head engine's /metrics at engine.port."""
+    return [
+        {
+            "targets": [_target(probe_host(recipe), recipe.engine.port)],
+            "labels": {"node": recipe.head.name, "role": "head"},
+        }
+    ]
+
+
+def render_engine_targets(recipe: Recipe) -> str:
+    return json_text(engine_targets(recipe))
 
 
 def prometheus_config(ctx: RenderContext) -> dict[str, Any]:
@@ -104,11 +127,8 @@ def prometheus_config(ctx: RenderContext) -> dict[str, Any]:
             {
                 "job_name": "vllm",
                 "metrics_path": "/metrics",
-                "static_configs": [
-                    {
-                        "targets": [_target(probe_host(recipe), recipe.engine.port)],
-                        "labels": {"node": recipe.head.name, "role": "head"},
-                    }
+                "file_sd_configs": [
+                    {"files": [ENGINE_TARGETS_FILE], "refresh_interval": mon.scrape_interval}
                 ],
             },
             {"job_name": "node", "static_configs": per_node(mon.node_exporter_port)},

@@ -13,7 +13,8 @@ memory decision and the refusals: `deskside.replicas.bluegreen`; the gate and th
     recorded   each node's state is green's engine with the services blue's recorded (the
                proxy, the gate, ...), the run record's API URL green's, and green's port
                as the run's engine overlay (a restart in place starts the engines again
-               there): status, logs, down and restart act on green
+               there): status, logs, down and restart act on green; Prometheus's engine
+               target file names green's port (it scrapes green from its next refresh)
 
 A failed start or proof stops green and leaves blue serving (nothing was switched).
 """
@@ -41,6 +42,7 @@ from deskside.recipe.types import Recipe
 from deskside.records.node import NodeState, read_state, remove_state, write_state
 from deskside.records.run import RunRecord, save_run
 from deskside.records.where import run_dir
+from deskside.render import prometheus
 from deskside.replicas.upgrade import BenchResult, bench_verdict, short_bench
 from deskside.runtime import engine_gate as single_gate
 from deskside.runtime.contract import require_contract
@@ -289,6 +291,10 @@ class BlueGreen:
         self.run.engine_overlay = {"port": port} if port != self.recipe.engine.port else None
         self.run.ready_at = datetime.now(UTC).isoformat(timespec="seconds")
         save_run(self.run)
+        if self.recipe.monitoring.enabled:  # Prometheus follows its target file to green
+            folder = Path(self.site.cluster) / "prometheus"
+            targets = prometheus.render_engine_targets(self.green).encode()
+            write_file(folder / prometheus.ENGINE_TARGETS_FILE, targets, 0o644)
         if problems:
             raise DesksideError(
                 "green serves, but blue did not stop cleanly: " + "; ".join(problems),
