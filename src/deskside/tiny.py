@@ -29,14 +29,8 @@ import tempfile
 from typing import Any
 
 from deskside.errors import DesksideError
-from deskside.tiny_configs import (
-    BOS_ID,
-    BUILDERS,
-    EOS_ID,
-    IM_END_ID,
-    MAX_POSITION_EMBEDDINGS,
-    PAD_ID,
-)
+from deskside.tiny_common import BOS_ID, EOS_ID, IM_END_ID, MAX_POSITION_EMBEDDINGS, PAD_ID
+from deskside.tiny_configs import BUILDERS
 
 ARCHS: tuple[str, ...] = (
     "deepseek-v3",
@@ -68,7 +62,7 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     THINK_START,
     THINK_END,
 )
-# The first five come first in the vocabulary (their ids: tiny_configs.PAD_ID...); the think
+# The first five come first in the vocabulary (their ids: tiny_common.PAD_ID...); the think
 # tokens are appended after the trained BPE vocabulary (as in Qwen3), so their ids depend
 # on the trained size.
 

@@ -1,64 +1,50 @@
 """The config.json of each tiny model (deskside.tiny): small, but with the traits that
-matter to KV-cache planning of the family it stands for. Pure data."""
+matter to KV-cache planning of the family it stands for. Pure data: each family extends
+the shared base (deskside.tiny_common.decoder) with its own fields."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from deskside.tiny_common import decoder
 from deskside.tiny_hybrid import nemotron_h, qwen3_next
 
-# Special token ids (deskside.tiny adds these tokens to the tokenizer first, in this order).
-PAD_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID = range(5)
-
-MAX_POSITION_EMBEDDINGS = 32768
-
-
-def _common(vocab_size: int) -> dict[str, Any]:
-    return {
-        "vocab_size": vocab_size,
-        "bos_token_id": BOS_ID,
-        "eos_token_id": EOS_ID,
-        "pad_token_id": PAD_ID,
-        "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
-        "initializer_range": 0.02,
-        "use_cache": True,
-        "torch_dtype": "bfloat16",
-    }
+# The DeepSeek-style MoE the tiny DeepSeek-V3 and GLM-4.5 share: 3 layers (layer 0 dense,
+# layers 1-2 MoE: 8 routed experts, 2 active, 1 shared) plus one MTP (next-n) layer.
+_ROUTED_MOE: dict[str, Any] = {
+    "moe_intermediate_size": 128,
+    "num_hidden_layers": 3,
+    "num_nextn_predict_layers": 1,
+    "n_routed_experts": 8,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "n_group": 1,
+    "topk_group": 1,
+    "norm_topk_prob": True,
+    "first_k_dense_replace": 1,
+}
 
 
 def _llama(vocab_size: int) -> dict[str, Any]:
     # 4 layers x 2 KV heads x head_dim 64: 2 x 4 x 2 x 64 x 2 B = 2,048 B of KV per token (bf16).
     return {
-        **_common(vocab_size),
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 256,
-        "intermediate_size": 512,
+        **decoder(vocab_size, "LlamaForCausalLM", "llama"),
         "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "head_dim": 64,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-5,
         "rope_theta": 500000.0,
         "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
         "mlp_bias": False,
         "pretraining_tp": 1,
-        "tie_word_embeddings": False,
     }
 
 
 def _qwen3(vocab_size: int) -> dict[str, Any]:
     # 3 layers x 4 KV heads x head_dim 128 (q/k RMSNorm per head, as in Qwen3).
     return {
-        **_common(vocab_size),
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
-        "hidden_size": 256,
-        "intermediate_size": 512,
+        **decoder(vocab_size, "Qwen3ForCausalLM", "qwen3"),
         "num_hidden_layers": 3,
         "num_attention_heads": 8,
         "num_key_value_heads": 4,
@@ -67,8 +53,6 @@ def _qwen3(vocab_size: int) -> dict[str, Any]:
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0,
         "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
         "use_sliding_window": False,
         "sliding_window": None,
         "max_window_layers": 3,
@@ -80,14 +64,8 @@ def _gemma3(vocab_size: int) -> dict[str, Any]:
     # Text-only Gemma 3: 4 layers, 3 sliding-window (512) + 1 full attention, like the real
     # 5:1 pattern shortened; 2 KV heads x head_dim 128.
     return {
-        **_common(vocab_size),
-        "architectures": ["Gemma3ForCausalLM"],
-        "model_type": "gemma3_text",
-        "hidden_size": 256,
-        "intermediate_size": 512,
+        **decoder(vocab_size, "Gemma3ForCausalLM", "gemma3_text"),
         "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "head_dim": 128,
         "query_pre_attn_scalar": 128,
         "hidden_activation": "gelu_pytorch_tanh",
@@ -102,8 +80,6 @@ def _gemma3(vocab_size: int) -> dict[str, Any]:
             "sliding_attention",
             "full_attention",
         ],
-        "attention_bias": False,
-        "attention_dropout": 0.0,
         "attn_logit_softcapping": None,
         "final_logit_softcapping": None,
         "tie_word_embeddings": True,
@@ -112,46 +88,28 @@ def _gemma3(vocab_size: int) -> dict[str, Any]:
 
 def _deepseek_v3(vocab_size: int) -> dict[str, Any]:
     # MLA: latent kv_lora_rank 512 + rope 64 = 576 (the only width the CPU MLA kernel takes).
-    # 3 layers: layer 0 dense, layers 1-2 MoE (8 routed experts, 2 active, 1 shared), plus
-    # one MTP (next-n) layer for speculative decoding with method "mtp".
+    # The DeepSeek-style MoE above, with one MTP layer for speculative decoding ("mtp").
     return {
-        **_common(vocab_size),
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "model_type": "deepseek_v3",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "moe_intermediate_size": 128,
-        "num_hidden_layers": 3,
-        "num_nextn_predict_layers": 1,
-        "num_attention_heads": 4,
+        **decoder(vocab_size, "DeepseekV3ForCausalLM", "deepseek_v3"),
+        **_ROUTED_MOE,
         "num_key_value_heads": 4,
         "q_lora_rank": 128,
         "kv_lora_rank": 512,
         "qk_nope_head_dim": 64,
         "qk_rope_head_dim": 64,
         "v_head_dim": 64,
-        "n_routed_experts": 8,
-        "n_shared_experts": 1,
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
         "topk_method": "noaux_tc",
         "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
         "routed_scaling_factor": 2.5,
-        "first_k_dense_replace": 1,
         "moe_layer_freq": 1,
         "ep_size": 1,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
         "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
         "aux_loss_alpha": 0.001,
         "seq_aux": True,
         "pretraining_tp": 1,
-        "tie_word_embeddings": False,
     }
 
 
@@ -160,14 +118,9 @@ def _gpt_oss(vocab_size: int) -> dict[str, Any]:
     # learned sink per head, every layer MoE (4 experts, 2 active), YaRN RoPE; bf16 weights
     # (the published checkpoint's experts are MXFP4).
     return {
-        **_common(vocab_size),
-        "architectures": ["GptOssForCausalLM"],
-        "model_type": "gpt_oss",
-        "hidden_size": 256,
+        **decoder(vocab_size, "GptOssForCausalLM", "gpt_oss"),
         "intermediate_size": 256,
         "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "head_dim": 64,
         "sliding_window": 128,
         "layer_types": [
@@ -194,43 +147,24 @@ def _gpt_oss(vocab_size: int) -> dict[str, Any]:
             "original_max_position_embeddings": 1024,
         },
         "attention_bias": True,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
     }
 
 
 def _glm4_moe(vocab_size: int) -> dict[str, Any]:
-    # GLM-4.5 shortened: 3 layers (layer 0 dense, 1-2 MoE: 8 routed experts, 2 active, 1
-    # shared), 2 KV heads x head_dim 128 with half of it rotary, one MTP layer.
+    # GLM-4.5 shortened: the DeepSeek-style MoE above, 2 KV heads x head_dim 128 with half
+    # of it rotary.
     return {
-        **_common(vocab_size),
-        "architectures": ["Glm4MoeForCausalLM"],
-        "model_type": "glm4_moe",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "moe_intermediate_size": 128,
-        "num_hidden_layers": 3,
-        "num_nextn_predict_layers": 1,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
+        **decoder(vocab_size, "Glm4MoeForCausalLM", "glm4_moe"),
+        **_ROUTED_MOE,
         "head_dim": 128,
         "partial_rotary_factor": 0.5,
-        "n_routed_experts": 8,
-        "n_shared_experts": 1,
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
-        "norm_topk_prob": True,
         "routed_scaling_factor": 1.0,
-        "first_k_dense_replace": 1,
         "use_qk_norm": False,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-5,
         "rope_theta": 1000000.0,
         "rope_scaling": None,
         "attention_bias": True,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
     }
 
 
@@ -245,15 +179,10 @@ def _llama4(vocab_size: int) -> dict[str, Any]:
     # tokens and the NoPE one (3, every 4th) to everything; MoE on layers 1 and 3 (4
     # experts, 1 active, plus the shared expert), dense MLPs on 0 and 2.
     return {
-        **_common(vocab_size),
-        "architectures": ["Llama4ForCausalLM"],
-        "model_type": "llama4_text",
-        "hidden_size": 256,
+        **decoder(vocab_size, "Llama4ForCausalLM", "llama4_text"),
         "intermediate_size": 128,
         "intermediate_size_mlp": 512,
         "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "head_dim": 64,
         "attention_chunk_size": 512,
         "no_rope_layers": [1, 1, 1, 0],
@@ -268,9 +197,6 @@ def _llama4(vocab_size: int) -> dict[str, Any]:
         "rms_norm_eps": 1e-5,
         "rope_theta": 500000.0,
         "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
     }
 
 
@@ -283,6 +209,6 @@ BUILDERS: dict[str, Callable[[int], dict[str, Any]]] = {
     "glm4-moe": _glm4_moe,
     "kimi-k2": _kimi_k2,
     "llama4": _llama4,
-    "qwen3-next": lambda vocab_size: qwen3_next(_common(vocab_size)),
-    "nemotron-h": lambda vocab_size: nemotron_h(_common(vocab_size)),
+    "qwen3-next": qwen3_next,
+    "nemotron-h": nemotron_h,
 }

@@ -1,26 +1,22 @@
 """Tiny hybrid models for vLLM (see deskside.tiny): layers that keep a recurrent state
-per request beside a few attention layers. Each builder takes the fields every tiny model
-shares (vocabulary, special tokens, context length) and returns its config.json."""
+per request beside a few attention layers. Each builder extends the shared base
+(deskside.tiny_common.decoder) and returns its config.json."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from deskside.tiny_common import decoder
 
-def qwen3_next(common: dict[str, Any]) -> dict[str, Any]:
+
+def qwen3_next(vocab_size: int) -> dict[str, Any]:
     # Hybrid: 3 gated-delta-net (linear attention) layers then 1 full attention layer
     # (full_attention_interval 4), MoE MLPs (8 experts, 2 active, a shared expert). The
     # linear layers keep a conv state and a recurrent state per request, not a KV cache.
     return {
-        **common,
-        "architectures": ["Qwen3NextForCausalLM"],
-        "model_type": "qwen3_next",
-        "hidden_size": 256,
-        "intermediate_size": 512,
+        **decoder(vocab_size, "Qwen3NextForCausalLM", "qwen3_next"),
         "num_hidden_layers": 4,
         "full_attention_interval": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "head_dim": 128,
         "partial_rotary_factor": 0.25,
         "linear_conv_kernel_dim": 4,
@@ -39,25 +35,16 @@ def qwen3_next(common: dict[str, Any]) -> dict[str, Any]:
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000000.0,
         "rope_scaling": None,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
     }
 
 
-def nemotron_h(common: dict[str, Any]) -> dict[str, Any]:
+def nemotron_h(vocab_size: int) -> dict[str, Any]:
     # Hybrid: Mamba2 (M), MLP (-) and attention (*) layers, "M-M*": two Mamba2 mixers keep
     # a conv state and an SSM state per request, one attention layer keeps a KV cache.
     return {
-        **common,
-        "architectures": ["NemotronHForCausalLM"],
-        "model_type": "nemotron_h",
-        "hidden_size": 256,
-        "intermediate_size": 512,
+        **decoder(vocab_size, "NemotronHForCausalLM", "nemotron_h"),
         "num_hidden_layers": 4,
         "hybrid_override_pattern": "M-M*",
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "head_dim": 64,
         "mamba_num_heads": 8,
         "mamba_head_dim": 32,
@@ -71,12 +58,9 @@ def nemotron_h(common: dict[str, Any]) -> dict[str, Any]:
         "mamba_proj_bias": False,
         "mlp_hidden_act": "relu2",
         "mlp_bias": False,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
         "use_bias": False,
         "layer_norm_epsilon": 1e-5,
         "rms_norm_eps": 1e-5,
         "residual_in_fp32": False,
         "rescale_prenorm_residual": True,
-        "tie_word_embeddings": False,
     }
