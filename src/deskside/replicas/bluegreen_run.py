@@ -43,7 +43,7 @@ from deskside.records.node import NodeState, read_state, remove_state, write_sta
 from deskside.records.run import RunRecord, save_run
 from deskside.records.where import run_dir
 from deskside.render import prometheus
-from deskside.replicas.upgrade import BenchResult, bench_verdict, short_bench
+from deskside.replicas.upgrade import BenchResult, bench_verdict, run_reported, short_bench
 from deskside.runtime import engine_gate as single_gate
 from deskside.runtime.contract import require_contract
 from deskside.runtime.control import Control, watched
@@ -156,15 +156,7 @@ class BlueGreen:
         return states
 
     def run_it(self) -> BlueGreenReport:
-        t0 = time.monotonic()
-        try:
-            self._run()
-            self.report.ok = True
-        except DesksideError as exc:
-            self.report.error, self.report.hint = exc.message, exc.hint
-            self.report.exit_code = exc.exit_code or 1
-        self.report.seconds = round(time.monotonic() - t0, 2)
-        return self.report
+        return run_reported(self.report, self._run)
 
     def _run(self) -> None:
         blue = self.blue_states()

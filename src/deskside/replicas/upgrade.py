@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import httpx
 
@@ -112,6 +113,33 @@ class UpgradeReport:
         return asdict(self)
 
 
+class Outcome(Protocol):
+    """What an upgrade's report says of how it ended."""
+
+    ok: bool
+    seconds: float
+    error: str | None
+    hint: str | None
+    exit_code: int
+
+
+R = TypeVar("R", bound=Outcome)
+
+
+def run_reported(report: R, steps: Callable[[], None]) -> R:
+    """Run `steps` and write how they ended into `report`: ok, or the DesksideError's
+    message, hint and exit code (1 when it names none); and the seconds they took."""
+    t0 = time.monotonic()
+    try:
+        steps()
+        report.ok = True
+    except DesksideError as exc:
+        report.error, report.hint = exc.message, exc.hint
+        report.exit_code = exc.exit_code or 1
+    report.seconds = round(time.monotonic() - t0, 2)
+    return report
+
+
 def short_bench(
     url: str, key: str | None, model: str, transport: httpx.BaseTransport | None = None
 ) -> BenchResult:
@@ -187,15 +215,7 @@ class SetUpgrade:
         self.report = UpgradeReport(recipe=recipe.name)
 
     def run(self) -> UpgradeReport:
-        t0 = time.monotonic()
-        try:
-            self._run()
-            self.report.ok = True
-        except DesksideError as exc:
-            self.report.error, self.report.hint = exc.message, exc.hint
-            self.report.exit_code = exc.exit_code or 1
-        self.report.seconds = round(time.monotonic() - t0, 2)
-        return self.report
+        return run_reported(self.report, self._run)
 
     def _run(self) -> None:
         recipe = self.recipe
