@@ -23,9 +23,10 @@ from deskside.planner.families.attention_fields import (
     head_shape,
     layer_kinds_by_fields,
 )
-from deskside.planner.families.config_values import flag, integer
+from deskside.planner.families.config_values import integer
+from deskside.planner.families.decoder_params import decoder_params
 from deskside.planner.families.hf_config import common_fields, weights_format
-from deskside.planner.types import ModelArch, MoEShape, ParamCounts
+from deskside.planner.types import ModelArch, MoEShape
 
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -58,20 +59,20 @@ def read_by_fields(cfg: Mapping[str, Any], family: str = "generic") -> tuple[Mod
     )
     shared_inter = integer(cfg, "shared_expert_intermediate_size", 0, MAX_INTERMEDIATE, 0)
     shared_inter += integer(cfg, "n_shared_experts", 0, MAX_SHARED_EXPERTS, 0) * e_inter
-    expert_one = 3 * hidden * e_inter
-    attn_one = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
-    embed = c["vocab_size"] * hidden
-    params = ParamCounts(
-        embedding=embed,
-        lm_head=0 if flag(cfg, "tie_word_embeddings", False) else embed,
-        attention=n_layers * attn_one,
-        dense_mlp=(n_layers - moe_layers) * 3 * hidden * inter,
-        experts=moe_layers * n_experts * expert_one,
-        shared_experts=moe_layers * 3 * hidden * shared_inter,
-        router=moe_layers * hidden * n_experts,
-        norms=(2 * n_layers + 1) * hidden,
+    params, active = decoder_params(
+        cfg,
+        vocab_size=c["vocab_size"],
+        hidden=hidden,
+        n_layers=n_layers,
+        attn_one=hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden,
+        inter=inter,
+        moe_layers=moe_layers,
+        n_experts=n_experts,
+        topk=topk,
+        expert_one=3 * hidden * e_inter,
+        shared_one=3 * hidden * shared_inter,
+        router_one=hidden * n_experts,
     )
-    active = params.total - params.experts + moe_layers * topk * expert_one
     moe = (
         MoEShape(n_experts, 1 if shared_inter else 0, topk, e_inter, moe_layers)
         if n_experts

@@ -27,14 +27,13 @@ from deskside.planner.bounds import (
     MAX_RANK,
     MAX_SHARED_EXPERTS,
 )
+from deskside.planner.families.attention_fields import head_shape
 from deskside.planner.families.by_fields import read_by_fields
 from deskside.planner.families.config_values import (
     ConfigValueError,
-    divisible,
     flag,
     integer,
     items,
-    positive_quotient,
     text,
 )
 from deskside.planner.families.generic_cache import generic_layer_specs
@@ -116,18 +115,7 @@ def read_gqa(cfg: Mapping[str, Any], family: str) -> ModelArch:
     """Grouped-query attention models: K and V per KV head, full or sliding per layer."""
     c = common_fields(cfg)
     hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
-    kv_heads = integer(cfg, "num_key_value_heads", 1, heads, heads, note="num_attention_heads")
-    # Attention.__init__: num_heads % num_kv_heads == 0 (each KV head serves a group)
-    divisible("num_attention_heads", heads, "num_key_value_heads", kv_heads)
-    head_dim = integer(cfg, "head_dim", 1, MAX_HEAD_DIM, None)
-    if head_dim is None:
-        head_dim = positive_quotient("hidden_size", hidden, "num_attention_heads", heads)
-        if head_dim > MAX_HEAD_DIM:
-            raise ConfigValueError(
-                "hidden_size",
-                f"/ num_attention_heads is {head_dim}; expected a head size of at most "
-                f"{MAX_HEAD_DIM} (or set head_dim)",
-            )
+    kv_heads, head_dim = head_shape(cfg, hidden, heads)
     window = integer(cfg, "sliding_window", 0, MAX_POSITIONS, None) or None
     types = layer_types(cfg, family, n_layers)
     layers = tuple(

@@ -22,8 +22,9 @@ from deskside.planner.bounds import (
 )
 from deskside.planner.families.attention_fields import attention_layers, head_shape
 from deskside.planner.families.config_values import flag, integer
+from deskside.planner.families.decoder_params import decoder_params
 from deskside.planner.families.hf_config import common_fields, weights_format
-from deskside.planner.types import ModelArch, MoEShape, ParamCounts
+from deskside.planner.types import ModelArch, MoEShape
 
 
 def read_glm4_moe(cfg: Mapping[str, Any]) -> ModelArch:
@@ -51,23 +52,25 @@ def read_glm4_moe(cfg: Mapping[str, Any]) -> ModelArch:
     attn_one += 2 * head_dim if flag(cfg, "use_qk_norm", False) else 0
     expert_one = 3 * hidden * e_inter
     router_one = hidden * n_experts + n_experts  # gate and e_score_correction_bias
-    embed = c["vocab_size"] * hidden
     # One MTP layer: a MoE decoder layer, eh_proj (2h -> h), enorm, hnorm and the shared
     # head's norm; it shares the embeddings and the head with the target model.
     mtp_layer = attn_one + n_shared * expert_one + router_one + 2 * hidden * hidden + 5 * hidden
-    params = ParamCounts(
-        embedding=embed,
-        lm_head=0 if flag(cfg, "tie_word_embeddings", False) else embed,
-        attention=n_layers * attn_one,
-        dense_mlp=(n_layers - moe_layers) * 3 * hidden * inter,
-        experts=moe_layers * n_experts * expert_one,
-        shared_experts=moe_layers * n_shared * expert_one,
-        router=moe_layers * router_one,
-        norms=(2 * n_layers + 1) * hidden,
+    params, active = decoder_params(
+        cfg,
+        vocab_size=c["vocab_size"],
+        hidden=hidden,
+        n_layers=n_layers,
+        attn_one=attn_one,
+        inter=inter,
+        moe_layers=moe_layers,
+        n_experts=n_experts,
+        topk=topk,
+        expert_one=expert_one,
+        shared_one=n_shared * expert_one,
+        router_one=router_one,
         draft_layer=mtp_layer,
         draft_layer_experts=n_experts * expert_one,
     )
-    active = params.total - params.experts + moe_layers * topk * expert_one
     return ModelArch(
         family="glm4_moe",
         layers=layers,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from deskside.planner.bounds import (
     MAX_DRAFT_LAYERS,
@@ -120,15 +120,59 @@ def _ssm_dtype(cfg: Mapping[str, Any], key: str, default: str) -> str:
     return value
 
 
+def _attention_heads(cfg: Mapping[str, Any], hidden: int, heads: int) -> tuple[int, int]:
+    """(num_key_value_heads, head_dim) of a hybrid model's attention layers: KV heads
+    default to the attention heads, head_dim to hidden_size / num_attention_heads."""
+    kv_heads = integer(cfg, "num_key_value_heads", 1, heads, heads, note="num_attention_heads")
+    head_dim = integer(cfg, "head_dim", 1, MAX_HEAD_DIM, None) or positive_quotient(
+        "hidden_size", hidden, "num_attention_heads", heads
+    )
+    return kv_heads, head_dim
+
+
+# what a hybrid model's layer caches: KV (attention) or a recurrent state (gdn, mamba2)
+CachedKind = Literal["attention", "gdn", "mamba2"]
+
+
+def _cached_layers(
+    kinds: Sequence[CachedKind | None],
+    n_layers: int,
+    n_drafts: int,
+    kv_heads: int,
+    head_dim: int,
+    window: int | None = None,
+) -> tuple[AttentionLayer, ...]:
+    """The layers that cache something, by index: attention layers (K and V of kv_heads x
+    head_dim, sliding when `window` is set) and recurrent ones (no KV: their state is
+    counted apart); None marks a layer that caches nothing. Then `n_drafts` MTP draft
+    attention layers, numbered on after the `n_layers` target layers."""
+
+    def attention(i: int, draft: bool) -> AttentionLayer:
+        return AttentionLayer(
+            index=i,
+            kind="sliding" if window else "full",
+            num_kv_heads=kv_heads,
+            head_size=head_dim,
+            head_size_v=head_dim,
+            sliding_window=window,
+            is_draft=draft,
+        )
+
+    return tuple(
+        attention(i, False)
+        if kind == "attention"
+        else AttentionLayer(index=i, kind=kind, num_kv_heads=0, head_size=0, head_size_v=0)
+        for i, kind in enumerate(kinds)
+        if kind is not None
+    ) + tuple(attention(n_layers + j, True) for j in range(n_drafts))
+
+
 def read_qwen_hybrid(cfg: Mapping[str, Any], family: str) -> ModelArch:
     """Qwen3-Next / Qwen3.5: gated delta net layers (Qwen3NextGatedDeltaNet) and gated
     full attention layers (Qwen3NextAttention: K and V of num_key_value_heads x head_dim)."""
     c = common_fields(cfg)
     hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
-    kv_heads = integer(cfg, "num_key_value_heads", 1, heads, heads, note="num_attention_heads")
-    head_dim = integer(cfg, "head_dim", 1, MAX_HEAD_DIM, None) or positive_quotient(
-        "hidden_size", hidden, "num_attention_heads", heads
-    )
+    kv_heads, head_dim = _attention_heads(cfg, hidden, heads)
     state = RecurrentState(
         kind="gdn",
         num_k_heads=integer(cfg, "linear_num_key_heads", 1, MAX_HEADS),
@@ -146,23 +190,13 @@ def read_qwen_hybrid(cfg: Mapping[str, Any], family: str) -> ModelArch:
     # mtp_num_hidden_layers (SpeculativeConfig)
     mtp_key = "num_nextn_predict_layers" if family == "qwen3_next" else "mtp_num_hidden_layers"
     n_mtp = integer(cfg, mtp_key, 0, MAX_DRAFT_LAYERS, 1 if family == "qwen3_next" else 0)
-
-    def attention(i: int, draft: bool) -> AttentionLayer:
-        return AttentionLayer(
-            index=i,
-            kind="full",
-            num_kv_heads=kv_heads,
-            head_size=head_dim,
-            head_size_v=head_dim,
-            is_draft=draft,
-        )
-
-    layers = tuple(
-        attention(i, False)
-        if t == "full_attention"
-        else AttentionLayer(index=i, kind="gdn", num_kv_heads=0, head_size=0, head_size_v=0)
-        for i, t in enumerate(types)
-    ) + tuple(attention(n_layers + j, True) for j in range(n_mtp))
+    layers = _cached_layers(
+        ["attention" if t == "full_attention" else "gdn" for t in types],
+        n_layers,
+        n_mtp,
+        kv_heads,
+        head_dim,
+    )
 
     # Parameters (Qwen3NextAttention, Qwen3NextGatedDeltaNet, Qwen3NextSparseMoeBlock).
     key_dim = state.num_k_heads * state.head_k_dim
@@ -247,10 +281,7 @@ def read_nemotron_h(cfg: Mapping[str, Any]) -> ModelArch:
     cfg = {**cfg, "num_hidden_layers": len(types)}  # NemotronHConfig.num_hidden_layers
     c = common_fields(cfg)
     hidden, n_layers, heads = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"]
-    kv_heads = integer(cfg, "num_key_value_heads", 1, heads, heads, note="num_attention_heads")
-    head_dim = integer(cfg, "head_dim", 1, MAX_HEAD_DIM, None) or positive_quotient(
-        "hidden_size", hidden, "num_attention_heads", heads
-    )
+    kv_heads, head_dim = _attention_heads(cfg, hidden, heads)
     window = integer(cfg, "sliding_window", 0, MAX_POSITIONS, None) or None
 
     def pick(*keys: str, lo: int, hi: int, default: Any = None) -> int:
@@ -278,25 +309,15 @@ def read_nemotron_h(cfg: Mapping[str, Any]) -> ModelArch:
         if isinstance(mtp_types, Sequence)
         else 1
     )
-
-    def attention(i: int, draft: bool) -> AttentionLayer:
-        return AttentionLayer(
-            index=i,
-            kind="sliding" if window else "full",
-            num_kv_heads=kv_heads,
-            head_size=head_dim,
-            head_size_v=head_dim,
-            sliding_window=window,
-            is_draft=draft,
-        )
-
-    layers = tuple(
-        attention(i, False)
-        if t == "attention"
-        else AttentionLayer(index=i, kind="mamba2", num_kv_heads=0, head_size=0, head_size_v=0)
-        for i, t in enumerate(types)
-        if t in ("attention", "mamba")
-    ) + tuple(attention(n_layers + j, True) for j in range(n_mtp * mtp_attention))
+    cached: dict[str, CachedKind] = {"attention": "attention", "mamba": "mamba2"}
+    layers = _cached_layers(
+        [cached.get(t) for t in types],  # MLP and MoE layers cache nothing
+        n_layers,
+        n_mtp * mtp_attention,
+        kv_heads,
+        head_dim,
+        window,
+    )
 
     # Parameters (MambaMixer2, NemotronHAttention, NemotronHMLP, NemotronHMoE).
     intermediate = state.num_v_heads * state.head_v_dim

@@ -26,9 +26,10 @@ from deskside.planner.families.attention_fields import (
     chunked_unless_nope,
     head_shape,
 )
-from deskside.planner.families.config_values import flag, integer, items
+from deskside.planner.families.config_values import integer, items
+from deskside.planner.families.decoder_params import decoder_params
 from deskside.planner.families.hf_config import common_fields, weights_format
-from deskside.planner.types import ModelArch, MoEShape, ParamCounts
+from deskside.planner.types import ModelArch, MoEShape
 
 
 def read_llama4(cfg: Mapping[str, Any]) -> ModelArch:
@@ -52,19 +53,20 @@ def read_llama4(cfg: Mapping[str, Any]) -> ModelArch:
     step = integer(cfg, "interleave_moe_layer_step", 0, MAX_LAYERS, 1)
     moe_layers = sum(1 for i in range(n_layers) if step > 0 and (i + 1) % step == 0)
     expert_one = 3 * hidden * e_inter
-    attn_one = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
-    embed = c["vocab_size"] * hidden
-    params = ParamCounts(
-        embedding=embed,
-        lm_head=0 if flag(cfg, "tie_word_embeddings", False) else embed,
-        attention=n_layers * attn_one,
-        dense_mlp=(n_layers - moe_layers) * 3 * hidden * inter,
-        experts=moe_layers * n_experts * expert_one,
-        shared_experts=moe_layers * expert_one,
-        router=moe_layers * hidden * n_experts,
-        norms=(2 * n_layers + 1) * hidden,
+    params, active = decoder_params(
+        cfg,
+        vocab_size=c["vocab_size"],
+        hidden=hidden,
+        n_layers=n_layers,
+        attn_one=hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden,
+        inter=inter,
+        moe_layers=moe_layers,
+        n_experts=n_experts,
+        topk=topk,
+        expert_one=expert_one,
+        shared_one=expert_one,  # one shared expert of the routed experts' size
+        router_one=hidden * n_experts,
     )
-    active = params.total - params.experts + moe_layers * topk * expert_one
     chunked = sum(1 for la in layers if la.kind == "chunked")
     notes = (
         (
