@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 import httpx
 
+from deskside.engine.gate_files import DRAIN_FILE, GATE_CONFIG, GATE_SCRIPT, GATE_TIMEOUT
 from deskside.errors import DesksideError
 from deskside.httpclient import PROBE
 from deskside.httpclient import client as bounded_client
@@ -25,11 +26,6 @@ from deskside.replicas import gate_server
 from deskside.replicas.place import ProxyPlace
 from deskside.replicas.proxy import backend_url, gate_port, gate_url, key_env, proxy_host
 from deskside.transport.base import Transport
-
-GATE_SCRIPT = "gate.py"
-GATE_CONFIG = "gate.json"
-DRAIN_FILE = "drained"
-GATE_TIMEOUT = 3600.0  # seconds a relayed request may take at most (a long generation)
 
 
 def gate_config(

@@ -19,18 +19,15 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from deskside.engine.gate_files import DRAIN_FILE, GATE_CONFIG, GATE_SCRIPT, GATE_TIMEOUT
 from deskside.engine.services import PROXY_CONFIG, Service, ServiceSite
 from deskside.layout import ENGINE_KEY_ENV
 from deskside.recipe.types import Recipe
 from deskside.safefs import write_file
 
 # the replica set's gate (`deskside.replicas.gate`): its script, read as a file (the runtime
-# imports nothing of replica sets), and the names of its files
+# imports nothing of replica sets); the names of its files are deskside.engine.gate_files'
 GATE_SERVER = ("deskside.replicas", "gate_server.py")
-GATE_SCRIPT = "gate.py"
-GATE_CONFIG = "gate.json"
-DRAIN_FILE = "drained"
-GATE_TIMEOUT = 3600.0  # seconds a relayed request may take at most (a long generation)
 
 SLOTS = ("a", "b")
 SLOT_OFFSET = 1000  # slot b's engine and rendezvous ports: slot a's + this
