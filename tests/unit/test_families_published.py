@@ -13,6 +13,8 @@ import pytest
 
 from deskside.planner.registry import read_arch
 
+from .engine_settings import engine_settings
+
 GPT_OSS_20B: dict[str, Any] = {
     "architectures": ["GptOssForCausalLM"],
     "model_type": "gpt_oss",
@@ -218,30 +220,15 @@ def test_llama4_with_an_eagle_drafter_allocates_chunked_layers_as_full() -> None
     from dataclasses import replace
 
     from deskside.planner.families.generic_cache import generic_layer_specs
-    from deskside.planner.types import EngineSettings, Speculative
+    from deskside.planner.types import Speculative
 
-    s = EngineSettings(
+    s = engine_settings(
         device="gpu",
         tensor_parallel_size=8,
-        pipeline_parallel_size=1,
-        kv_cache_dtype="bfloat16",
-        kv_dtype_bytes=2,
-        block_size=16,
         max_model_len=65536,
         derived_max_model_len=10485760,
         max_num_batched_tokens=8192,
-        max_num_seqs=256,
-        max_num_scheduled_tokens=8192,
-        gpu_memory_utilization=0.9,
-        kv_cache_memory=None,
-        speculative=None,
-        num_draft_layers=0,
-        enable_chunked_prefill=True,
-        enable_prefix_caching=True,
-        async_scheduling=False,
         enforce_eager=False,
-        max_concurrent_batches=1,
-        vllm_version="0.32.0",
     )
     arch = read_arch(SCOUT)
     plain = generic_layer_specs(arch, s)

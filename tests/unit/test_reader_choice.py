@@ -20,6 +20,8 @@ from deskside.planner.kv import KVSpec, Limits, max_memory_usage_bytes
 from deskside.planner.registry import family_for, read_arch
 from deskside.tiny import TOKENIZER_VOCAB_TARGET, model_config
 
+from .engine_settings import engine_settings
+
 # a model type no family lists, run by vLLM's granite module (plain attention)
 OLMO2: dict[str, Any] = {
     "architectures": ["GraniteForCausalLM"],
@@ -55,30 +57,13 @@ def test_an_unlisted_gqa_model_plans_from_its_fields() -> None:
     }
     assert any("granite model code (GraniteForCausalLM)" in n for n in arch.notes)
     # Attention.get_kv_cache_spec: heads x (K + V) x 2 bytes x block_size per layer
-    from deskside.planner.types import EngineSettings
-
-    s = EngineSettings(
+    s = engine_settings(
         device="cpu",
         tensor_parallel_size=1,
-        pipeline_parallel_size=1,
-        kv_cache_dtype="bfloat16",
-        kv_dtype_bytes=2,
-        block_size=16,
         max_model_len=4096,
         derived_max_model_len=4096,
         max_num_batched_tokens=4096,
-        max_num_seqs=256,
-        max_num_scheduled_tokens=4096,
-        gpu_memory_utilization=0.9,
-        kv_cache_memory=None,
-        speculative=None,
-        num_draft_layers=0,
-        enable_chunked_prefill=True,
-        enable_prefix_caching=True,
-        async_scheduling=False,
         enforce_eager=True,
-        max_concurrent_batches=1,
-        vllm_version="0.32.0",
     )
     specs = generic_layer_specs(arch, s)
     assert len(specs) == 16
