@@ -17,7 +17,7 @@ from deskside.bench.loops import closed_loop, open_loop
 from deskside.bench.metrics import cell_metrics
 from deskside.bench.models import CellResult
 from deskside.bench.monitor import LoopMonitor
-from deskside.bench.scrape import server_window, try_scrape
+from deskside.bench.scrape import cell_window, try_scrape
 from deskside.bench.workload import Cell, cell_prompts, stream_request
 
 DEFAULT_SCHEDULE_S = 10.0
@@ -76,18 +76,9 @@ async def run_open_cell(ctx: RunContext, cell: Cell) -> CellResult:
     await monitor.stop()
 
     metrics = cell_metrics(run.records, cell.concurrency)
-    server = None
-    if ctx.metrics_url:
-        server, _ = await server_window(
-            ctx.client,
-            ctx.metrics_url,
-            before,
-            scrape_error,
-            ctx.model,
-            metrics.output_tokens,
-            metrics.prompt_tokens,
-            ctx.clock,
-        )
+    server = await cell_window(
+        ctx, before, scrape_error, metrics.output_tokens, metrics.prompt_tokens
+    )
     stats = open_loop_stats(
         run.records,
         run.scheduled_s,

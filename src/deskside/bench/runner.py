@@ -30,12 +30,11 @@ from deskside.bench.models import (
     BenchResult,
     CellResult,
     ProbeResult,
-    ServerWindow,
     Tokenization,
 )
 from deskside.bench.monitor import LoopMonitor
 from deskside.bench.open_cell import run_open_cell
-from deskside.bench.scrape import metrics_url_for, server_window, try_scrape
+from deskside.bench.scrape import cell_window, metrics_url_for, try_scrape
 from deskside.bench.turns import run_turns_cell
 from deskside.bench.workload import (
     Cell,
@@ -155,18 +154,9 @@ async def _run_cell(ctx: RunContext, cell: Cell) -> CellResult:
     await monitor.stop()
 
     metrics = cell_metrics(records, cell.concurrency)
-    server: ServerWindow | None = None
-    if ctx.metrics_url:
-        server, _ = await server_window(
-            ctx.client,
-            ctx.metrics_url,
-            before,
-            scrape_error,
-            ctx.model,
-            metrics.output_tokens,
-            metrics.prompt_tokens,
-            ctx.clock,
-        )
+    server = await cell_window(
+        ctx, before, scrape_error, metrics.output_tokens, metrics.prompt_tokens
+    )
     result = CellResult(
         prompt_len=cell.prompt_len,
         concurrency=cell.concurrency,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from deskside.bench import server_metrics
 from deskside.bench.client import BenchClient
+from deskside.bench.context import RunContext
 from deskside.bench.models import ServerWindow
 
 
@@ -56,6 +57,30 @@ async def server_window(
         if window.output_tokens_match is not False or clock() > give_up:
             return window, after
         await asyncio.sleep(0.1)
+
+
+async def cell_window(
+    ctx: RunContext,
+    before: server_metrics.Snapshot | None,
+    scrape_error: str | None,
+    output_tokens: int,
+    prompt_tokens: int,
+) -> ServerWindow | None:
+    """The server's window over a cell (from `before`, the scrape at its start), or None
+    when the run scrapes no /metrics."""
+    if not ctx.metrics_url:
+        return None
+    window, _ = await server_window(
+        ctx.client,
+        ctx.metrics_url,
+        before,
+        scrape_error,
+        ctx.model,
+        output_tokens,
+        prompt_tokens,
+        ctx.clock,
+    )
+    return window
 
 
 def metrics_url_for(url: str, configured: str | None) -> str:

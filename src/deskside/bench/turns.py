@@ -24,7 +24,7 @@ from deskside.bench.loops import closed_loop
 from deskside.bench.metrics import cell_metrics
 from deskside.bench.models import CellResult, RequestRecord, ServerWindow
 from deskside.bench.monitor import LoopMonitor
-from deskside.bench.scrape import server_window, try_scrape
+from deskside.bench.scrape import cell_window, server_window, try_scrape
 from deskside.bench.workload import (
     Cell,
     Prompt,
@@ -140,15 +140,8 @@ async def run_turns_cell(ctx: RunContext, cell: Cell) -> CellResult:
                 first, after, ctx.model, metrics.output_tokens, metrics.prompt_tokens
             )
         else:
-            server, _ = await server_window(
-                client,
-                ctx.metrics_url,
-                first,
-                scrape_error,
-                ctx.model,
-                metrics.output_tokens,
-                metrics.prompt_tokens,
-                ctx.clock,
+            server = await cell_window(
+                ctx, first, scrape_error, metrics.output_tokens, metrics.prompt_tokens
             )
     per_turn = turn_stats(records)
     for row in per_turn:
