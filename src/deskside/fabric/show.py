@@ -26,22 +26,9 @@ from deskside.transport.base import Transport
 _CONFIG = ConfigDict(extra="forbid", frozen=True)
 
 
-class PortView(BaseModel):
+class PortView(PortResolution):
     """A row of `fabric show`: PortResolution plus the port's GID table."""
 
-    model_config = _CONFIG
-
-    device: str
-    port: int | None
-    state: str | None
-    rate_gbps: float | None
-    link_layer: str | None
-    netdev: str | None
-    mtu: int | None
-    ipv4: tuple[str, ...] | None
-    gid_index: int | None
-    gid: str | None
-    error: dict[str, Any] | None
     gids: tuple[dict[str, Any], ...]
 
 
