@@ -398,9 +398,14 @@ class Accounting:
         """What the admission check compares against (null block held back)."""
         return available - (self.bytes_per_block if self.reserve_null_block else 0)
 
+    def request_blocks_for_capacity(self, limits: Limits) -> int:
+        """A request's blocks as the capacity line counts them: as the admission check does
+        (an engine that counts them otherwise overrides this)."""
+        return self.blocks_per_request(limits)
+
     def capacity(self, limits: Limits, available: int) -> Capacity:
         num_blocks = max(available, 0) // self.bytes_per_block
-        per_request = self.blocks_per_request(limits)
+        per_request = self.request_blocks_for_capacity(limits)
         concurrency = num_blocks / per_request
         return Capacity(
             num_blocks=num_blocks,

@@ -25,7 +25,6 @@ from deskside.errors import UsageError
 from deskside.planner.engine_config import is_dspark_overlay_engine
 from deskside.planner.kv import (
     Accounting,
-    Capacity,
     KVGroup,
     KVSpec,
     Limits,
@@ -135,18 +134,6 @@ class OverlayAccounting(Accounting):
         lim = self.effective_limits(limits)
         reserved = sum(g.blocks_per_request(lim) * g.page_size_bytes for g in self.groups)
         return cdiv(reserved, self.mla_page)
-
-    def capacity(self, limits: Limits, available: int) -> Capacity:
-        num_blocks = max(available, 0) // self.bytes_per_block
-        per_request = self.request_blocks_for_capacity(limits)
-        concurrency = num_blocks / per_request
-        return Capacity(
-            num_blocks=num_blocks,
-            bytes_per_block=self.bytes_per_block,
-            blocks_per_request=per_request,
-            max_concurrency=concurrency,
-            kv_cache_tokens=int(concurrency * limits.max_model_len),
-        )
 
 
 def dspark_overlay_accounting(specs: dict[str, KVSpec], s: EngineSettings) -> Accounting:
