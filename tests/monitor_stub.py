@@ -10,8 +10,10 @@ import http.server
 import itertools
 import threading
 from collections.abc import Iterator
+from typing import Literal
 
 from deskside.exporter import series
+from deskside.records.node import NodeState
 from deskside.records.run import RunNode, RunRecord, save_run
 from deskside.records.where import run_file
 
@@ -133,13 +135,22 @@ def stub_server() -> Iterator[int]:
         thread.join(5)
 
 
-def run_record(name: str, api_url: str, address: str = "127.0.0.1") -> RunRecord:
+def run_record(
+    name: str,
+    api_url: str,
+    address: str = "127.0.0.1",
+    *,
+    runtime: Literal["local", "ssh"] = "local",
+    recipe_dir: str | None = None,
+    nodes: list[RunNode] | None = None,
+) -> RunRecord:
     """A run record of one head node `node0` at `address` (as `deskside up` writes it on
-    this machine), for commands that find the running run."""
+    this machine, its folder under the run's unless `recipe_dir`), or of `nodes`, for
+    commands that find the running run."""
     return RunRecord(
         recipe=f"/nonexistent/{name}.yaml",
         recipe_name=name,
-        runtime="local",
+        runtime=runtime,
         control="process",
         runtime_kind="native",
         unit=f"deskside-{name}",
@@ -148,16 +159,35 @@ def run_record(name: str, api_url: str, address: str = "127.0.0.1") -> RunRecord
         proxy_url=None,
         served_names=["tiny"],
         started_at="2026-01-01T00:00:00Z",
-        nodes=[
+        nodes=nodes
+        or [
             RunNode(
                 name="node0",
                 role="head",
                 node_rank=0,
                 address=address,
                 ssh=None,
-                recipe_dir=str(run_file(name).parent / "nodes" / "node0"),
+                recipe_dir=recipe_dir or str(run_file(name).parent / "nodes" / "node0"),
             )
         ],
+    )
+
+
+def node_state(name: str, recipe_dir: str, pid: int, pid_start: int) -> NodeState:
+    """The state `deskside up` keeps of run `name`'s head engine on `node0`: process `pid`
+    (started at `pid_start`), its log under `recipe_dir`."""
+    return NodeState(
+        recipe=name,
+        node="node0",
+        role="head",
+        node_rank=0,
+        release=None,
+        control="process",
+        pid=pid,
+        pid_start=pid_start,
+        run_tag=f"{name}/node0/20260101000000/engine",
+        log=f"{recipe_dir}/logs/engine.log",
+        started_at="2026-01-01T00:00:00Z",
     )
 
 

@@ -14,9 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from deskside.cli.app import app
-from deskside.records.run import RunNode, RunRecord, load_run, save_run
+from deskside.records.run import load_run, save_run
 
 from ..deploy_cases import ensure_tiny_model, loopback_ssh_recipe
+from ..monitor_stub import run_record
 
 runner = CliRunner()
 
@@ -99,28 +100,11 @@ def test_dry_run_of_a_local_recipe_prints_the_transcript(tmp_path: Path, home: P
 
 
 def test_down_status_logs_find_the_recorded_deploy(tmp_path: Path, home: Path) -> None:
-    run = RunRecord(
-        recipe=str(tmp_path / "r.yaml"),
-        recipe_name="ssh-tiny",
+    run = run_record(
+        "ssh-tiny",
+        "http://127.0.0.1:9",
         runtime="ssh",
-        control="process",
-        runtime_kind="native",
-        unit="deskside-ssh-tiny.service",
-        compose_project="deskside-ssh-tiny",
-        api_url="http://127.0.0.1:9",
-        proxy_url=None,
-        served_names=["tiny"],
-        started_at="2026-01-01T00:00:00+00:00",
-        nodes=[
-            RunNode(
-                name="node0",
-                role="head",
-                node_rank=0,
-                address="127.0.0.1",
-                ssh=None,
-                recipe_dir=str(tmp_path / "nodes" / "ssh-tiny"),
-            )
-        ],
+        recipe_dir=str(tmp_path / "nodes" / "ssh-tiny"),
     )
     save_run(run)
     assert load_run("ssh-tiny") == run

@@ -28,6 +28,7 @@ from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 from deskside.transport.ssh import SshError
 
+from ..monitor_stub import node_state
 from .proc_tables import P, table_text, tagged
 
 NAME = "diagunit"
@@ -94,19 +95,7 @@ STACKS = "py-spy: not found\n\n=== process 500 (sh)\n--- thread 500 (sh) state S
 
 
 def _state(recipe_dir: str) -> NodeState:
-    return NodeState(
-        recipe=NAME,
-        node="node0",
-        role="head",
-        node_rank=0,
-        release=None,
-        control="process",
-        pid=500,
-        pid_start=42,
-        run_tag=f"{NAME}/node0/20260101000000/engine",
-        log=f"{recipe_dir}/logs/engine.log",
-        started_at="2026-01-01T00:00:00Z",
-    )
+    return node_state(NAME, recipe_dir, pid=500, pid_start=42)
 
 
 def answering(recipe_dir: str) -> FakeTransport:

@@ -24,7 +24,7 @@ from deskside.operate import restart
 from deskside.records.node import NodeState, ServiceState, state_bytes
 from deskside.records.read import NODE_READ_SH as STATE_READ_SH
 from deskside.records.replica_set import ProxyProcess, SetRecord
-from deskside.records.run import RunNode, RunRecord
+from deskside.records.run import RunNode
 from deskside.replicas.stop import proxy_alive, stop_proxy
 from deskside.runtime import node_sh, nodes
 from deskside.runtime.control import Control
@@ -33,6 +33,7 @@ from deskside.transport.fake import FakeTransport
 from deskside.transport.local import LocalTransport
 
 from .. import procs
+from ..monitor_stub import run_record
 from .hostile_procs import TAG as HOSTILE_TAG
 from .hostile_procs import hostile
 from .proc_tables import P, table_text, tagged
@@ -199,29 +200,7 @@ def test_down_leaves_it_and_says_why(
 ) -> None:
     monkeypatch.setenv("DESKSIDE_HOME", str(tmp_path))
     t = Node(_state(start, tag))
-    run = RunRecord(
-        recipe="/nonexistent.yaml",
-        recipe_name="r",
-        runtime="local",
-        control="process",
-        runtime_kind="native",
-        unit="deskside-r",
-        compose_project="deskside-r",
-        api_url="http://127.0.0.1:1",
-        proxy_url=None,
-        served_names=["m"],
-        started_at="2026-01-01T00:00:00+00:00",
-        nodes=[
-            RunNode(
-                name="node0",
-                role="head",
-                node_rank=0,
-                address="127.0.0.1",
-                ssh=None,
-                recipe_dir="/srv/r/node0",
-            )
-        ],
-    )
+    run = run_record("r", "http://127.0.0.1:1", recipe_dir="/srv/r/node0")
     leftovers = nodes.down(run, 1, {"node0": t})
     assert len(leftovers) == 1 and "not signalled" in leftovers[0]
     assert not t.stops()
@@ -248,18 +227,9 @@ def test_a_restart_stops_nothing_at_all(start: int | None, tag: str | None) -> N
     # two nodes, the second's record incomplete: the first is not stopped either
     good, bad = _state(99, TAG), _state(start, tag, node="node1", node_rank=1, role="worker")
     ts = {"node0": Node(good), "node1": Node(bad)}
-    run = RunRecord(
-        recipe="/nonexistent.yaml",
-        recipe_name="r",
-        runtime="local",
-        control="process",
-        runtime_kind="native",
-        unit="deskside-r",
-        compose_project="deskside-r",
-        api_url="http://127.0.0.1:1",
-        proxy_url=None,
-        served_names=["m"],
-        started_at="2026-01-01T00:00:00+00:00",
+    run = run_record(
+        "r",
+        "http://127.0.0.1:1",
         nodes=[
             RunNode(
                 name=n, role=r, node_rank=i, address="127.0.0.1", ssh=None, recipe_dir=f"/srv/r/{n}"

@@ -29,7 +29,7 @@ from deskside.transport.base import Result
 from deskside.transport.fake import FakeTransport
 from deskside.transport.local import LocalTransport
 
-from ..monitor_stub import run_record
+from ..monitor_stub import node_state, run_record
 
 NAME = "store-run"
 GIB = 1 << 30
@@ -56,19 +56,7 @@ def refused(call: object, *fragments: str) -> BadState:
 
 
 def state(recipe_dir: str) -> NodeState:
-    return NodeState(
-        recipe=NAME,
-        node="node0",
-        role="head",
-        node_rank=0,
-        release=None,
-        control="process",
-        pid=4321,
-        pid_start=99,
-        run_tag=f"{NAME}/node0/20260101000000/engine",
-        log=f"{recipe_dir}/logs/engine.log",
-        started_at="2026-01-01T00:00:00Z",
-    )
+    return node_state(NAME, recipe_dir, pid=4321, pid_start=99)
 
 
 # -- a run record on this machine

@@ -13,34 +13,16 @@ from typer.testing import CliRunner
 from deskside.cli.app import app
 from deskside.operate.status import ClusterStatus
 from deskside.operate.watch import Watch
-from deskside.records.run import RunNode, RunRecord, save_run
+from deskside.records.run import RunRecord, save_run
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
 
+from ..monitor_stub import run_record
+
 
 def a_run(home: Path) -> RunRecord:
-    return RunRecord(
-        recipe="/gone.yaml",
-        recipe_name="w",
-        runtime="local",
-        control="process",
-        runtime_kind="native",
-        unit="deskside-w.service",
-        compose_project="deskside-w",
-        api_url="http://127.0.0.1:9",
-        proxy_url=None,
-        served_names=["tiny"],
-        started_at="2026-01-01T00:00:00+00:00",
-        nodes=[
-            RunNode(
-                name="node0",
-                role="head",
-                node_rank=0,
-                address="127.0.0.1",
-                ssh=None,
-                recipe_dir=str(home / "runs" / "w" / "nodes" / "node0"),
-            )
-        ],
+    return run_record(
+        "w", "http://127.0.0.1:9", recipe_dir=str(home / "runs" / "w" / "nodes" / "node0")
     )
 
 
