@@ -9,6 +9,7 @@ n_routed_experts for MoE. Chunked local attention is Llama 4's code alone in vLL
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from deskside.planner.bounds import (
@@ -59,25 +60,18 @@ def read_by_fields(cfg: Mapping[str, Any], family: str = "generic") -> tuple[Mod
     )
     shared_inter = integer(cfg, "shared_expert_intermediate_size", 0, MAX_INTERMEDIATE, 0)
     shared_inter += integer(cfg, "n_shared_experts", 0, MAX_SHARED_EXPERTS, 0) * e_inter
-    params, active = decoder_params(
-        cfg,
-        vocab_size=c["vocab_size"],
-        hidden=hidden,
-        n_layers=n_layers,
-        attn_one=hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden,
-        inter=inter,
-        moe_layers=moe_layers,
-        n_experts=n_experts,
-        topk=topk,
-        expert_one=3 * hidden * e_inter,
-        shared_one=3 * hidden * shared_inter,
-        router_one=hidden * n_experts,
-    )
+    attn_one = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
     moe = (
         MoEShape(n_experts, 1 if shared_inter else 0, topk, e_inter, moe_layers)
         if n_experts
         else None
     )
+    # shared experts of their own size (shared_expert_intermediate_size)
+    params = replace(
+        decoder_params(cfg, c, attn_one, inter, moe),
+        shared_experts=moe_layers * 3 * hidden * shared_inter,
+    )
+    active = params.total - params.experts + moe_layers * topk * 3 * hidden * e_inter
     arch = ModelArch(
         family=family,
         layers=layers,

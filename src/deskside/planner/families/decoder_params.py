@@ -8,42 +8,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from deskside.planner.families.config_values import flag
-from deskside.planner.types import ParamCounts
+from deskside.planner.types import MoEShape, ParamCounts
 
 
 def decoder_params(
-    cfg: Mapping[str, Any],
-    *,
-    vocab_size: int,
-    hidden: int,
-    n_layers: int,
-    attn_one: int,
-    inter: int,
-    moe_layers: int,
-    n_experts: int,
-    topk: int,
-    expert_one: int,
-    shared_one: int,
-    router_one: int,
-    draft_layer: int = 0,
-    draft_layer_experts: int = 0,
-) -> tuple[ParamCounts, int]:
-    """The parameters of `n_layers` layers of attention (`attn_one` each) and a gated MLP
-    of `inter` (3 x hidden x inter), except `moe_layers` of them that take `n_experts`
-    routed experts (`expert_one` each), shared experts (`shared_one`) and a router
-    (`router_one`) instead; the embeddings, a head unless tie_word_embeddings, two norms a
-    layer and a final one. Also the active parameters: `topk` experts per MoE layer."""
-    embed = vocab_size * hidden
-    params = ParamCounts(
+    cfg: Mapping[str, Any], c: Mapping[str, Any], attn_one: int, inter: int, moe: MoEShape | None
+) -> ParamCounts:
+    """The parameters of a model's layers (`c`: its common fields): each attention
+    (`attn_one`) and a gated MLP of `inter` (3 x hidden x inter), except `moe`'s MoE
+    layers, which take its routed experts and shared experts (gated MLPs of its expert
+    size) and a gate of hidden x experts instead; the embeddings, a head unless
+    tie_word_embeddings, two norms a layer and a final one."""
+    hidden, n_layers = c["hidden_size"], c["num_hidden_layers"]
+    moe = moe or MoEShape(0, 0, 0, 0, 0)  # no MoE layer
+    layers, experts = moe.num_moe_layers, moe.num_experts
+    expert_one = 3 * hidden * moe.expert_intermediate_size
+    embed = c["vocab_size"] * hidden
+    return ParamCounts(
         embedding=embed,
         lm_head=0 if flag(cfg, "tie_word_embeddings", False) else embed,
         attention=n_layers * attn_one,
-        dense_mlp=(n_layers - moe_layers) * 3 * hidden * inter,
-        experts=moe_layers * n_experts * expert_one,
-        shared_experts=moe_layers * shared_one,
-        router=moe_layers * router_one,
+        dense_mlp=(n_layers - layers) * 3 * hidden * inter,
+        experts=layers * experts * expert_one,
+        shared_experts=layers * moe.num_shared_experts * expert_one,
+        router=layers * hidden * experts,
         norms=(2 * n_layers + 1) * hidden,
-        draft_layer=draft_layer,
-        draft_layer_experts=draft_layer_experts,
     )
-    return params, params.total - params.experts + moe_layers * topk * expert_one

@@ -11,6 +11,7 @@ glm4_moe_mtp.py (one decoder layer per MTP layer, numbered after the target's). 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from deskside.planner.bounds import (
@@ -55,29 +56,21 @@ def read_glm4_moe(cfg: Mapping[str, Any]) -> ModelArch:
     # One MTP layer: a MoE decoder layer, eh_proj (2h -> h), enorm, hnorm and the shared
     # head's norm; it shares the embeddings and the head with the target model.
     mtp_layer = attn_one + n_shared * expert_one + router_one + 2 * hidden * hidden + 5 * hidden
-    params, active = decoder_params(
-        cfg,
-        vocab_size=c["vocab_size"],
-        hidden=hidden,
-        n_layers=n_layers,
-        attn_one=attn_one,
-        inter=inter,
-        moe_layers=moe_layers,
-        n_experts=n_experts,
-        topk=topk,
-        expert_one=expert_one,
-        shared_one=n_shared * expert_one,
-        router_one=router_one,
+    moe = MoEShape(n_experts, n_shared, topk, e_inter, moe_layers) if n_experts else None
+    params = replace(
+        decoder_params(cfg, c, attn_one, inter, moe),
+        router=moe_layers * router_one,
         draft_layer=mtp_layer,
         draft_layer_experts=n_experts * expert_one,
     )
+    active = params.total - params.experts + moe_layers * topk * expert_one
     return ModelArch(
         family="glm4_moe",
         layers=layers,
         params=params,
         active_params=active,
         weights_format=weights_format(cfg, c["dtype"]),
-        moe=MoEShape(n_experts, n_shared, topk, e_inter, moe_layers) if n_experts else None,
+        moe=moe,
         num_mtp_layers=n_mtp,
         **c,
     )

@@ -52,21 +52,11 @@ def read_llama4(cfg: Mapping[str, Any]) -> ModelArch:
     inter = integer(cfg, "intermediate_size_mlp", 1, MAX_INTERMEDIATE, 16384)
     step = integer(cfg, "interleave_moe_layer_step", 0, MAX_LAYERS, 1)
     moe_layers = sum(1 for i in range(n_layers) if step > 0 and (i + 1) % step == 0)
-    expert_one = 3 * hidden * e_inter
-    params, active = decoder_params(
-        cfg,
-        vocab_size=c["vocab_size"],
-        hidden=hidden,
-        n_layers=n_layers,
-        attn_one=hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden,
-        inter=inter,
-        moe_layers=moe_layers,
-        n_experts=n_experts,
-        topk=topk,
-        expert_one=expert_one,
-        shared_one=expert_one,  # one shared expert of the routed experts' size
-        router_one=hidden * n_experts,
-    )
+    attn_one = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    # one shared expert of the routed experts' size
+    moe = MoEShape(n_experts, 1, topk, e_inter, moe_layers) if moe_layers else None
+    params = decoder_params(cfg, c, attn_one, inter, moe)
+    active = params.total - params.experts + moe_layers * topk * 3 * hidden * e_inter
     chunked = sum(1 for la in layers if la.kind == "chunked")
     notes = (
         (
@@ -83,7 +73,7 @@ def read_llama4(cfg: Mapping[str, Any]) -> ModelArch:
         params=params,
         active_params=active,
         weights_format=weights_format(cfg, c["dtype"]),
-        moe=MoEShape(n_experts, 1, topk, e_inter, moe_layers) if moe_layers else None,
+        moe=moe,
         notes=notes,
         **c,
     )
