@@ -173,20 +173,28 @@ def run_record(
     )
 
 
-def node_state(name: str, recipe_dir: str, pid: int, pid_start: int) -> NodeState:
-    """The state `deskside up` keeps of run `name`'s head engine on `node0`: process `pid`
-    (started at `pid_start`), its log under `recipe_dir`."""
+def node_state(
+    recipe: str,
+    node: str = "node0",
+    *,
+    pid: int | None = None,
+    pid_start: int | None = None,
+    run_tag: str | None = None,
+    log: str | None = None,
+) -> NodeState:
+    """The state `deskside up` keeps of a head engine run as a process on `node` of the run
+    `recipe`: its session leader `pid` (started at `pid_start`), run tag and log."""
     return NodeState(
-        recipe=name,
-        node="node0",
+        recipe=recipe,
+        node=node,
         role="head",
         node_rank=0,
         release=None,
         control="process",
         pid=pid,
         pid_start=pid_start,
-        run_tag=f"{name}/node0/20260101000000/engine",
-        log=f"{recipe_dir}/logs/engine.log",
+        run_tag=run_tag,
+        log=log,
         started_at="2026-01-01T00:00:00Z",
     )
 

@@ -21,14 +21,14 @@ import pytest
 
 from deskside.facts.procs import RUN_TAG, parse_stat
 from deskside.layout import NodeLayout
-from deskside.records.node import NodeState, write_state
+from deskside.records.node import write_state
 from deskside.records.run import save_run
 from deskside.records.where import run_file
 from deskside.runtime.control import run_tag
 from deskside.transport.local import LocalTransport
 
 from ..cli_process import ROOT, deskside
-from ..monitor_stub import run_record
+from ..monitor_stub import node_state, run_record
 
 pytestmark = pytest.mark.integration
 
@@ -136,16 +136,7 @@ def test_guard_stops_the_engine_in_a_cgroup_under_the_floor(
     record = run_record(NAME, api)
     layout = NodeLayout.at(record.nodes[0].recipe_dir, NAME)
     Path(layout.logs).mkdir(parents=True, exist_ok=True)
-    state = NodeState(
-        recipe=NAME,
-        node="node0",
-        role="head",
-        node_rank=0,
-        release=None,
-        control="process",
-        log=f"{layout.logs}/engine.log",
-        started_at="2026-01-01T00:00:00+00:00",
-    )
+    state = node_state(NAME, log=f"{layout.logs}/engine.log")
     tag = run_tag(state, "engine")
     env = {**os.environ, RUN_TAG: tag}
     started: list[subprocess.Popen[bytes]] = []

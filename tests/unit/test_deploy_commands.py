@@ -27,6 +27,7 @@ from deskside.transport.local import LocalTransport
 from deskside.transport.ssh import shell_command, spawn_command
 
 from .. import procs
+from ..monitor_stub import node_state
 
 LOCAL = LocalTransport()
 
@@ -35,18 +36,7 @@ TAG = "r/n/1/engine"
 
 
 def _state(pid: int, start: int | None = None, tag: str | None = None) -> NodeState:
-    return NodeState(
-        recipe="r",
-        node="n",
-        role="head",
-        node_rank=0,
-        release=None,
-        control="process",
-        pid=pid,
-        pid_start=start,
-        run_tag=tag,
-        started_at="2026-01-01T00:00:00+00:00",
-    )
+    return node_state("r", "n", pid=pid, pid_start=start, run_tag=tag)
 
 
 CONTROL = Control("process", "native", NodeLayout.at("/srv/r/n", "r"))

@@ -95,7 +95,8 @@ STACKS = "py-spy: not found\n\n=== process 500 (sh)\n--- thread 500 (sh) state S
 
 
 def _state(recipe_dir: str) -> NodeState:
-    return node_state(NAME, recipe_dir, pid=500, pid_start=42)
+    tag, log = f"{NAME}/node0/20260101000000/engine", f"{recipe_dir}/logs/engine.log"
+    return node_state(NAME, pid=500, pid_start=42, run_tag=tag, log=log)
 
 
 def answering(recipe_dir: str) -> FakeTransport:

@@ -15,20 +15,11 @@ from deskside.home import resolve_recipe
 from deskside.records.node import NodeState, write_state
 from deskside.transport.local import LocalTransport
 
+from ..monitor_stub import node_state
+
 
 def _state(node: str, pid: int, start: int | None, tag: str | None) -> NodeState:
-    return NodeState(
-        recipe="local-tiny",
-        node=node,
-        role="head",
-        node_rank=0,
-        release=None,
-        control="process",
-        pid=pid,
-        pid_start=start,
-        run_tag=tag,
-        started_at="2026-01-01T00:00:00Z",
-    )
+    return node_state("local-tiny", node, pid=pid, pid_start=start, run_tag=tag)
 
 
 def test_dead_state_is_found_and_fixed_live_is_spared(

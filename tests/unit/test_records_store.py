@@ -56,7 +56,8 @@ def refused(call: object, *fragments: str) -> BadState:
 
 
 def state(recipe_dir: str) -> NodeState:
-    return node_state(NAME, recipe_dir, pid=4321, pid_start=99)
+    tag, log = f"{NAME}/node0/20260101000000/engine", f"{recipe_dir}/logs/engine.log"
+    return node_state(NAME, pid=4321, pid_start=99, run_tag=tag, log=log)
 
 
 # -- a run record on this machine
