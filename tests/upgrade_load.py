@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -82,20 +83,34 @@ def set_recipe(folder: Path, version: str, delay: float) -> Path:
     return path
 
 
-def master_key(home: Path) -> str:
-    return (home / "secrets" / NAME / "proxy-master-key").read_text().strip()
+def master_key(home: Path, name: str = NAME) -> str:
+    """The proxy's master key of the run `name` (the replica set's by default)."""
+    return (home / "secrets" / name / "proxy-master-key").read_text().strip()
 
 
-def head_release(home: Path, group: str) -> str | None:
-    """DESKSIDE_RELEASE in the environment of the group's running head engine."""
-    run = json.loads((home / "runs" / f"{NAME}-{group}" / "run.json").read_text())
-    head = next(n for n in run["nodes"] if n["role"] == "head")
-    state = json.loads((Path(head["recipe_dir"]) / "state.json").read_text())
-    environ = Path(f"/proc/{state['pid']}/environ").read_bytes().split(b"\0")
+def run_json(home: Path, run: str) -> Any:
+    """The record `deskside up` keeps of the run `run`."""
+    return json.loads((home / "runs" / run / "run.json").read_text())
+
+
+def head_state(home: Path, run: str) -> Any:
+    """The node state of the run's head engine."""
+    head = next(n for n in run_json(home, run)["nodes"] if n["role"] == "head")
+    return json.loads((Path(head["recipe_dir"]) / "state.json").read_text())
+
+
+def release_of(home: Path, run: str) -> str | None:
+    """DESKSIDE_RELEASE in the environment of the run's running head engine."""
+    environ = Path(f"/proc/{head_state(home, run)['pid']}/environ").read_bytes().split(b"\0")
     for item in environ:
         if item.startswith(b"DESKSIDE_RELEASE="):
             return item.split(b"=", 1)[1].decode()
     return None
+
+
+def head_release(home: Path, group: str) -> str | None:
+    """DESKSIDE_RELEASE in the environment of the group's running head engine."""
+    return release_of(home, f"{NAME}-{group}")
 
 
 @dataclass
@@ -165,6 +180,20 @@ def cli(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedPro
     return deskside(*args, home=home, timeout=timeout)
 
 
+def upgrade_under_load(
+    home: Path, recipe: Path, load: OpenLoad, settle: float, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`deskside upgrade RECIPE --json` while `load` runs, from `settle` seconds before the
+    upgrade to `settle` seconds after it: the command's result and the upgrade's seconds."""
+    with load:
+        time.sleep(settle)
+        t0 = time.monotonic()
+        r = cli(home, "upgrade", str(recipe), "--json", timeout=timeout)
+        seconds = time.monotonic() - t0
+        time.sleep(settle)
+    return r, seconds
+
+
 __all__ = [
     "NAME",
     "PROXY",
@@ -172,6 +201,10 @@ __all__ = [
     "can_run",
     "cli",
     "head_release",
+    "head_state",
     "master_key",
+    "release_of",
+    "run_json",
     "set_recipe",
+    "upgrade_under_load",
 ]

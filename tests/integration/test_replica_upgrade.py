@@ -9,13 +9,21 @@ Needs root, iproute2 and the LiteLLM proxy in .venv-proxy (scripts/bootstrap --w
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..upgrade_load import PROXY, OpenLoad, can_run, cli, head_release, master_key, set_recipe
+from ..upgrade_load import (
+    PROXY,
+    OpenLoad,
+    can_run,
+    cli,
+    head_release,
+    master_key,
+    set_recipe,
+    upgrade_under_load,
+)
 
 # one worker runs a module's tests in order (scripts/run-tests: --dist loadfile; pytest 9.2
 # ignores xdist 3.8's group marks): the tests share a module fixture's run and its network
@@ -44,12 +52,9 @@ def test_an_upgrade_under_load_fails_no_request(running: tuple[Path, Path]) -> N
     home, folder = running
     assert head_release(home, "a") == "1" and head_release(home, "b") == "1"
     second = set_recipe(folder, "2", 0.2)
-    with OpenLoad(PROXY, master_key(home), rate=8) as load:
-        time.sleep(3)  # the load runs before the upgrade begins
-        t0 = time.monotonic()
-        r = cli(home, "upgrade", str(second), "--json", timeout=900)
-        seconds = time.monotonic() - t0
-        time.sleep(3)  # and after it ends
+    # the load runs 3 s before the upgrade begins and 3 s after it ends
+    load = OpenLoad(PROXY, master_key(home), rate=8)
+    r, seconds = upgrade_under_load(home, second, load, settle=3, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     report = json.loads(r.stdout)
     print(f"upgrade_seconds: {seconds:.1f}; sent {load.sent}, failed {len(load.failures)}")
@@ -71,10 +76,8 @@ def test_a_group_failing_its_proof_is_rolled_back_and_the_upgrade_stops(
 ) -> None:
     home, folder = running
     slower = set_recipe(folder, "3", 0.8)  # 4x the stand-in's time per request
-    with OpenLoad(PROXY, master_key(home), rate=8) as load:
-        time.sleep(2)
-        r = cli(home, "upgrade", str(slower), "--json", timeout=900)
-        time.sleep(2)
+    load = OpenLoad(PROXY, master_key(home), rate=8)
+    r, _ = upgrade_under_load(home, slower, load, settle=2, timeout=900)
     assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-4000:]
     report = json.loads(r.stdout)
     assert load.failures == [], load.failures[:5]

@@ -15,7 +15,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -26,7 +25,16 @@ from deskside.recipe.load import load_recipe
 from deskside.tiny import write_tiny_model
 
 from ..stand_in_engine import stand_in
-from ..upgrade_load import PROXY_BIN, OpenLoad, cli
+from ..upgrade_load import (
+    PROXY_BIN,
+    OpenLoad,
+    cli,
+    head_state,
+    master_key,
+    release_of,
+    run_json,
+    upgrade_under_load,
+)
 
 # one worker runs a module's tests in order (scripts/run-tests: --dist loadfile; pytest 9.2
 # ignores xdist 3.8's group marks): the tests share a module fixture's run and its network
@@ -68,26 +76,8 @@ def tiny_recipe(folder: Path, version: str, delay: float) -> Path:
     return path
 
 
-def run_record(home: Path) -> Any:
-    return json.loads((home / "runs" / NAME / "run.json").read_text())
-
-
-def head_state(home: Path) -> Any:
-    run = run_record(home)
-    head = next(n for n in run["nodes"] if n["role"] == "head")
-    return json.loads((Path(head["recipe_dir"]) / "state.json").read_text())
-
-
-def head_release(home: Path) -> str | None:
-    environ = Path(f"/proc/{head_state(home)['pid']}/environ").read_bytes().split(b"\0")
-    for item in environ:
-        if item.startswith(b"DESKSIDE_RELEASE="):
-            return item.split(b"=", 1)[1].decode()
-    return None
-
-
 def engine_pids(home: Path) -> list[int]:
-    run = run_record(home)
+    run = run_json(home, NAME)
     pids = []
     for n in run["nodes"]:
         state = json.loads((Path(n["recipe_dir"]) / "state.json").read_text())
@@ -132,10 +122,6 @@ def scraped_engines(seconds: float = 0.0, want: str | None = None) -> list[tuple
         time.sleep(1)
 
 
-def master_key(home: Path) -> str:
-    return (home / "secrets" / NAME / "proxy-master-key").read_text().strip()
-
-
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     if os.geteuid() != 0:
@@ -166,17 +152,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
 
 def test_a_blue_green_upgrade_under_load_fails_no_request(running: tuple[Path, Path]) -> None:
     home, folder = running
-    assert head_release(home) == "1"
-    assert run_record(home)["api_url"] == f"http://{HEAD}:8888"
+    assert release_of(home, NAME) == "1"
+    assert run_json(home, NAME)["api_url"] == f"http://{HEAD}:8888"
     blue = engine_pids(home)
     assert scraped_engines(60, want="8888") == [(f"http://{HEAD}:8888/metrics", "up")]
     second = tiny_recipe(folder, "2", 0.2)
-    with OpenLoad(PROXY, master_key(home), rate=8, models=MODELS) as load:
-        time.sleep(3)  # the load runs before the upgrade begins
-        t0 = time.monotonic()
-        r = cli(home, "upgrade", str(second), "--json", timeout=600)
-        seconds = time.monotonic() - t0
-        time.sleep(3)  # and after it ends
+    # the load runs 3 s before the upgrade begins and 3 s after it ends
+    load = OpenLoad(PROXY, master_key(home, NAME), rate=8, models=MODELS)
+    r, seconds = upgrade_under_load(home, second, load, settle=3, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     report = json.loads(r.stdout)
     print(f"upgrade_seconds: {seconds:.1f}; sent {load.sent}, failed {len(load.failures)}")
@@ -187,13 +170,13 @@ def test_a_blue_green_upgrade_under_load_fails_no_request(running: tuple[Path, P
     assert report["green"] == f"http://{HEAD}:9888"  # slot b: engine.port + 1000
     assert report["before"]["failed"] == 0 and report["after"]["failed"] == 0
     # the run serves from green: its record, its state, its engine's environment
-    assert run_record(home)["api_url"] == f"http://{HEAD}:9888"
-    assert run_record(home)["engine_overlay"] == {"port": 9888}  # a restart in place: there
-    assert head_release(home) == "2"
+    assert run_json(home, NAME)["api_url"] == f"http://{HEAD}:9888"
+    assert run_json(home, NAME)["engine_overlay"] == {"port": 9888}  # a restart in place: there
+    assert release_of(home, NAME) == "2"
     assert gone(blue), blue  # blue is stopped
     # Prometheus follows the engine to green's port (its target file), with no restart
     assert scraped_engines(60, want="9888") == [(f"http://{HEAD}:9888/metrics", "up")]
-    assert {s["name"] for s in head_state(home)["services"]} >= {"proxy", "gate"}
+    assert {s["name"] for s in head_state(home, NAME)["services"]} >= {"proxy", "gate"}
     status = cli(home, "status", NAME, "--json", timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
 
@@ -202,20 +185,18 @@ def test_a_green_failing_its_proof_is_stopped_and_blue_serves_on(
     running: tuple[Path, Path],
 ) -> None:
     home, folder = running
-    before = run_record(home)["api_url"]
-    release = head_release(home)  # "2" after the test before; "1" when it runs alone
+    before = run_json(home, NAME)["api_url"]
+    release = release_of(home, NAME)  # "2" after the test before; "1" when it runs alone
     slower = tiny_recipe(folder, "3", 0.8)  # 4x the stand-in's time per request
-    with OpenLoad(PROXY, master_key(home), rate=4, models=MODELS) as load:
-        time.sleep(2)
-        r = cli(home, "upgrade", str(slower), "--json", timeout=600)
-        time.sleep(2)
+    load = OpenLoad(PROXY, master_key(home, NAME), rate=4, models=MODELS)
+    r, _ = upgrade_under_load(home, slower, load, settle=2, timeout=600)
     assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-4000:]
     report = json.loads(r.stdout)
     assert load.failures == [], load.failures[:5]
     assert not report["ok"] and "median latency" in report["error"], report
     # nothing switched: the same engine serves, green's processes are gone
-    assert run_record(home)["api_url"] == before
-    assert release in ("1", "2") and head_release(home) == release
+    assert run_json(home, NAME)["api_url"] == before
+    assert release in ("1", "2") and release_of(home, NAME) == release
     port = str(before).rsplit(":", 1)[1]
     assert scraped_engines() == [(f"http://{HEAD}:{port}/metrics", "up")]
     green_port = "8888" if str(before).endswith(":9888") else "9888"
