@@ -2,7 +2,8 @@
 model (on every pipeline stage, split over tensor parallel; skipped only when
 --limit-mm-per-prompt allows no images: SupportsMultiModal._mark_tower_model). Counted
 for the wrappers whose tower deskside reads: Gemma 3 (SigLIP, SiglipVisionModel, and
-Gemma3MultiModalProjector). Pure: takes the parsed JSON."""
+Gemma3MultiModalProjector), Llama 4 (families.vision_llama4), Qwen3-VL and Qwen3.5
+(families.vision_qwen). Pure: takes the parsed JSON."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 from deskside.planner.bounds import MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_POSITIONS
 from deskside.planner.families.config_values import ConfigValueError, integer, mapping
+from deskside.planner.families.vision_llama4 import llama4_vision_params
+from deskside.planner.families.vision_qwen import qwen3_5_vision_params, qwen3_vl_vision_params
 
 # SiglipVisionConfig's defaults (transformers), for keys a vision_config leaves out
 SIGLIP_DEFAULTS = {
@@ -51,7 +54,14 @@ def siglip_params(vision: Mapping[str, Any], text_hidden: int) -> int:
 
 
 # architectures[0] -> how its vision tower is read
-TOWERS = {"Gemma3ForConditionalGeneration": siglip_params}
+TOWERS = {
+    "Gemma3ForConditionalGeneration": siglip_params,
+    "Llama4ForConditionalGeneration": llama4_vision_params,
+    "Qwen3VLForConditionalGeneration": qwen3_vl_vision_params,
+    "Qwen3VLMoeForConditionalGeneration": qwen3_vl_vision_params,
+    "Qwen3_5ForConditionalGeneration": qwen3_5_vision_params,
+    "Qwen3_5MoeForConditionalGeneration": qwen3_5_vision_params,
+}
 
 
 def vision_tower_params(cfg: Mapping[str, Any], text_hidden: int) -> int | None:
