@@ -17,15 +17,16 @@ from typing import Any
 
 import pytest
 
-from deskside.planner.families.vision_tower import TOWERS
+from deskside.planner.families.vision_tower import vision_tower
 
-from ..unit.vision_configs import CASES
+from ..unit.vision_configs import CASES, TowerCase
 
 pytestmark = pytest.mark.e2e
 
 COUNTER = Path(__file__).with_name("vision_counts.py")
 ARCHITECTURES = {
     "llama4": "Llama4ForConditionalGeneration",
+    "mistral3": "Mistral3ForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
     "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
@@ -77,24 +78,53 @@ def _random_qwen(rng: random.Random) -> dict[str, Any]:
     return vision
 
 
-def _cases() -> list[tuple[str, str, dict[str, Any], int, int | None]]:
-    """(name, tower, vision_config, text hidden size, recorded count or None)."""
-    cases: list[tuple[str, str, dict[str, Any], int, int | None]] = [
-        (c.name, c.tower, c.vision, c.text_hidden, c.expected) for c in CASES
-    ]
+def _random_mistral3(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    heads, layers = rng.randint(1, 4), rng.randint(1, 5)
+    vision: dict[str, Any] = {
+        "hidden_size": heads * rng.choice((8, 16, 32)),
+        "num_attention_heads": heads,
+        "intermediate_size": rng.randint(8, 200),
+        "num_hidden_layers": layers,
+        "num_channels": rng.randint(1, 4),
+        "patch_size": rng.randint(1, 16),
+    }
+    for key in rng.sample(["intermediate_size", "num_channels", "patch_size"], rng.randint(0, 2)):
+        del vision[key]
+    feature: int | list[int] = rng.randint(-layers - 1, layers)
+    if rng.random() < 0.4:
+        feature = [rng.randint(-layers - 1, layers) for _ in range(rng.randint(1, 3))]
+    outer = {
+        "spatial_merge_size": rng.randint(1, 4),
+        "multimodal_projector_bias": rng.random() < 0.5,
+        "vision_feature_layer": feature,
+    }
+    return vision, outer
+
+
+def _cases() -> list[TowerCase]:
+    """The recorded cases, then seeded random ones (expected 0: not recorded)."""
+    cases = list(CASES)
     rng = random.Random(20261206)
+    arch = ARCHITECTURES
     for i in range(4):
-        cases.append(
-            (f"llama4-random-{i}", "llama4", _random_llama4(rng), rng.randint(8, 96), None)
-        )
+        vision, hidden = _random_llama4(rng), rng.randint(8, 96)
+        cases.append(TowerCase(f"llama4-random-{i}", "llama4", arch["llama4"], vision, hidden, 0))
     for i, tower in enumerate(("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe") * 2):
-        cases.append((f"{tower}-random-{i}", tower, _random_qwen(rng), rng.randint(8, 96), None))
+        vision, hidden = _random_qwen(rng), rng.randint(8, 96)
+        cases.append(TowerCase(f"{tower}-random-{i}", tower, arch[tower], vision, hidden, 0))
+    for i in range(5):
+        (vision, outer), hidden = _random_mistral3(rng), rng.randint(8, 96)
+        name = f"mistral3-random-{i}"
+        cases.append(TowerCase(name, "mistral3", arch["mistral3"], vision, hidden, 0, outer))
     return cases
 
 
 def test_vision_tower_counts_equal_vllms_modules() -> None:
     cases = _cases()
-    request = [{"tower": t, "vision": v, "text_hidden": h} for _, t, v, h, _ in cases]
+    request = [
+        {"tower": c.tower, "vision": c.vision, "text_hidden": c.text_hidden, "outer": c.outer}
+        for c in cases
+    ]
     done = subprocess.run(
         [sys.executable, str(COUNTER)],
         input=json.dumps(request),
@@ -107,10 +137,13 @@ def test_vision_tower_counts_equal_vllms_modules() -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     counts = json.loads(done.stdout)
     assert len(counts) == len(cases)
-    for (name, tower, vision, text_hidden, recorded), built in zip(cases, counts, strict=True):
-        read = TOWERS[ARCHITECTURES[tower]]
-        assert read(vision, text_hidden) == built, (name, vision)
-        if recorded is not None:
-            assert recorded == built, name
+    for case, built in zip(cases, counts, strict=True):
+        assert case.architecture == ARCHITECTURES[case.tower]
+        tower = vision_tower(case.config_json(), case.text_hidden)
+        assert tower is not None and tower.defaulted == (case.vision is None)
+        assert tower.params == built, (case.name, case.vision, case.outer)
+        if case in CASES:
+            assert case.expected == built, case.name
     # the published towers are big: a count of a near-empty module would not pass as one
-    assert min(counts[:3]) > 400_000_000
+    published = [built for case, built in zip(cases, counts, strict=True) if case.name[0].isupper()]
+    assert len(published) == 4 and min(published) > 400_000_000

@@ -9,18 +9,26 @@ The published ones are copied from the models' config.json as published on Huggi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass(frozen=True)
 class TowerCase:
     name: str
-    tower: str  # which vLLM build: llama4, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe
+    tower: str  # which vLLM build: llama4, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, mistral3
     architecture: str  # config.json architectures[0]
-    vision: dict[str, Any]  # config.json vision_config
+    vision: dict[str, Any] | None  # config.json vision_config (None: the file has none)
     text_hidden: int  # text_config.hidden_size
     expected: int
+    outer: dict[str, Any] = field(default_factory=dict)  # the wrapper's own keys
+
+    def config_json(self) -> dict[str, Any]:
+        """The case as the outer config.json (without its text_config)."""
+        cfg: dict[str, Any] = {"architectures": [self.architecture], **self.outer}
+        if self.vision is not None:
+            cfg["vision_config"] = self.vision
+        return cfg
 
 
 # meta-llama/Llama-4-Scout-17B-16E-Instruct (Maverick's is the same)
@@ -80,6 +88,29 @@ QWEN3_VL_4B_VISION: dict[str, Any] = {
     "patch_size": 16,
     "spatial_merge_size": 2,
     "temporal_patch_size": 2,
+}
+
+# mistralai/Mistral-Small-3.1-24B-Instruct-2503
+MISTRAL_SMALL_3_1_VISION: dict[str, Any] = {
+    "attention_dropout": 0.0,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "image_size": 1540,
+    "initializer_range": 0.02,
+    "intermediate_size": 4096,
+    "model_type": "pixtral",
+    "num_attention_heads": 16,
+    "num_channels": 3,
+    "num_hidden_layers": 24,
+    "patch_size": 14,
+    "rope_theta": 10000.0,
+}
+MISTRAL_SMALL_3_1_OUTER: dict[str, Any] = {
+    "multimodal_projector_bias": False,
+    "projector_hidden_act": "gelu",
+    "spatial_merge_size": 2,
+    "vision_feature_layer": -1,
 }
 
 CASES: tuple[TowerCase, ...] = (
@@ -183,5 +214,53 @@ CASES: tuple[TowerCase, ...] = (
         {},
         3584,
         453_650_672,
+    ),
+    TowerCase(
+        "Mistral-Small-3.1-24B",
+        "mistral3",
+        "Mistral3ForConditionalGeneration",
+        MISTRAL_SMALL_3_1_VISION,
+        5120,
+        438_958_080,
+        MISTRAL_SMALL_3_1_OUTER,
+    ),
+    TowerCase(
+        "mistral3-small-bias-feature-layers",
+        "mistral3",
+        "Mistral3ForConditionalGeneration",
+        {
+            "hidden_size": 48,
+            "intermediate_size": 100,
+            "num_hidden_layers": 6,
+            "num_attention_heads": 4,
+            "num_channels": 2,
+            "patch_size": 5,
+        },
+        40,
+        121_680,
+        {
+            "multimodal_projector_bias": True,
+            "spatial_merge_size": 3,
+            "vision_feature_layer": [1, -3],
+        },
+    ),
+    TowerCase(
+        "mistral3-defaults", "mistral3", "Mistral3ForConditionalGeneration", {}, 64, 407_754_752
+    ),
+    # no vision_config: the wrapper config's default tower
+    TowerCase("llama4-none", "llama4", "Llama4ForConditionalGeneration", None, 5120, 455_178_240),
+    TowerCase(
+        "qwen3_vl-none", "qwen3_vl", "Qwen3VLForConditionalGeneration", None, 2048, 566_949_104
+    ),
+    TowerCase(
+        "qwen3_5_moe-none",
+        "qwen3_5_moe",
+        "Qwen3_5MoeForConditionalGeneration",
+        None,
+        2048,
+        453_650_672,
+    ),
+    TowerCase(
+        "mistral3-none", "mistral3", "Mistral3ForConditionalGeneration", None, 5120, 438_958_080
     ),
 )

@@ -34,7 +34,9 @@ MAX_IMAGE = 1 << 16  # image_size and patch_size, in pixels
 MAX_CHANNELS = 16
 
 
-def llama4_vision_params(vision: Mapping[str, Any], text_hidden: int) -> int:
+def llama4_vision_params(
+    vision: Mapping[str, Any], text_hidden: int, outer: Mapping[str, Any] | None = None
+) -> int:
     """Llama4VisionModel and Llama4MultiModalProjector (mllama4.py), unquantized."""
 
     def get(key: str, hi: int) -> int:

@@ -88,11 +88,15 @@ def _qwen3_vision_params(vision: Mapping[str, Any], deepstack_default: Sequence[
     return depth * block + embeddings + merger + deepstack * deepstack_merger
 
 
-def qwen3_vl_vision_params(vision: Mapping[str, Any], text_hidden: int) -> int:
+def qwen3_vl_vision_params(
+    vision: Mapping[str, Any], text_hidden: int, outer: Mapping[str, Any] | None = None
+) -> int:
     """Qwen3-VL and Qwen3-VL-MoE: deepstack mergers at [8, 16, 24] unless the file says."""
     return _qwen3_vision_params(vision, QWEN3_VL_DEEPSTACK)
 
 
-def qwen3_5_vision_params(vision: Mapping[str, Any], text_hidden: int) -> int:
+def qwen3_5_vision_params(
+    vision: Mapping[str, Any], text_hidden: int, outer: Mapping[str, Any] | None = None
+) -> int:
     """Qwen3.5 and Qwen3.5-MoE: no deepstack merger unless the file lists indexes."""
     return _qwen3_vision_params(vision, ())
