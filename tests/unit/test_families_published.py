@@ -1,7 +1,7 @@
 """The new families' readers against the parameter counts their makers publish (model
 cards): gpt-oss-20b 20.91B total / 3.61B active without the embeddings, gpt-oss-120b
 116.83B / 5.13B; GLM-4.5 355B (with its MTP layer), GLM-4.5-Air 106B; Llama 4 Scout 109B
-with its vision tower (17B active), Maverick 400B (17B active). And the cache each
+and Maverick 400B with their vision towers (17B active, without them). And the cache each
 layer gets, layer by layer, as vLLM's model code builds it."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 from deskside.planner.registry import read_arch
 
 from .engine_settings import engine_settings
+from .vision_configs import SCOUT_VISION
 
 GPT_OSS_20B: dict[str, Any] = {
     "architectures": ["GptOssForCausalLM"],
@@ -111,6 +112,7 @@ SCOUT: dict[str, Any] = {
             "original_max_position_embeddings": 8192,
         },
     },
+    "vision_config": SCOUT_VISION,
 }
 MAVERICK = copy.deepcopy(SCOUT)
 MAVERICK["text_config"].update(num_local_experts=128, interleave_moe_layer_step=2)
@@ -163,8 +165,10 @@ def test_glm45_mtp_layer_is_a_draft_gqa_layer() -> None:
 @pytest.mark.parametrize(("cfg", "total"), [(SCOUT, 109e9), (MAVERICK, 400e9)])
 def test_llama4_counts_as_published(cfg: dict[str, Any], total: float) -> None:
     arch = read_arch(cfg)
-    # the language model (the vision tower, about 1B, is not counted)
-    assert arch.params.total == pytest.approx(total, rel=0.02)
+    # Meta's totals include the vision tower and projector (872M; Scout's language model
+    # alone is 107.8B, 1.1% short of 109B)
+    assert arch.params.vision == 871_932_416
+    assert arch.params.total == pytest.approx(total, rel=0.005)
     assert arch.active_params == pytest.approx(17e9, rel=0.02)
 
 
@@ -241,7 +245,22 @@ def test_llama4_with_an_eagle_drafter_allocates_chunked_layers_as_full() -> None
 
 
 def test_a_vision_tower_deskside_does_not_read_is_said_not_counted() -> None:
-    scout = copy.deepcopy(SCOUT)
-    scout["vision_config"] = {"hidden_size": 1408, "num_hidden_layers": 34}
-    assert any("vision tower (vision_config) is not counted" in n for n in read_arch(scout).notes)
-    assert read_arch(scout).params.vision == 0
+    # a LLaVA 1.5 layout: a CLIP tower beside a Llama language model
+    llava = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "text_config": {
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "vocab_size": 32064,
+            "max_position_embeddings": 4096,
+        },
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024},
+    }
+    arch = read_arch(llava)
+    assert any("vision tower (vision_config) is not counted" in n for n in arch.notes)
+    assert arch.params.vision == 0

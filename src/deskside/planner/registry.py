@@ -18,7 +18,7 @@ from deskside.planner.families.hf_config import text_config
 from deskside.planner.families.hf_defaults import defaulted, with_defaults
 from deskside.planner.families.hybrid import HybridFamily
 from deskside.planner.families.reader_choice import choose
-from deskside.planner.families.vision_tower import vision_tower_params
+from deskside.planner.families.vision_tower import vision_tower
 from deskside.planner.types import ModelArch
 
 FAMILIES: tuple[Family, ...] = (GenericFamily(), DeepseekV4Family(), HybridFamily())
@@ -63,22 +63,28 @@ def read_arch(cfg: Mapping[str, Any]) -> ModelArch:
     family = family_for(cfg)
     text = text_config(cfg)
     arch = family.read(with_defaults(text))  # as transformers' config class fills it
-    vision = vision_tower_params(cfg, arch.hidden_size) if text is not cfg else 0
-    if vision is None:
+    tower = vision_tower(cfg, arch.hidden_size) if text is not cfg else None
+    if tower is None and text is not cfg:
         note = (
             "the vision tower (vision_config) is not counted in the weights: vLLM loads it "
             "beside the language model, so the engine holds more than the planned weights"
         )
         arch = replace(arch, notes=(*arch.notes, note))
-    elif vision:
+    elif tower is not None and tower.params:
+        vision = tower.params
+        default = (
+            " (config.json has no vision_config, so vLLM builds transformers' default one)"
+            if tower.defaulted
+            else ""
+        )
         arch = replace(
             arch,
             params=replace(arch.params, vision=vision),
             notes=(
                 *arch.notes,
-                f"the vision tower and projector ({vision / 1e6:.0f}M parameters) load beside "
-                "the language model on every GPU (split over tensor parallel); vLLM skips "
-                "them only with --limit-mm-per-prompt allowing no images",
+                f"the vision tower and projector ({vision / 1e6:.0f}M parameters){default} "
+                "load beside the language model on every GPU (split over tensor parallel); "
+                "vLLM skips them only with --limit-mm-per-prompt allowing no images",
             ),
         )
     filled = defaulted(text)
