@@ -183,7 +183,7 @@ def case_id(folder: Path, case: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize(("folder", "case"), cases(), ids=[case_id(f, c) for f, c in cases()])
 def test_hostile(folder: Path, case: dict[str, Any], tmp_path: Path) -> None:
-    """One case in its sandbox; the tier runs cases on two workers (`-n 2`), each case one
+    """One case in its sandbox; the tier runs cases on three workers (`-n 3`), each case one
     process tree, so its time is its own."""
     result = run_case(folder, case, tmp_path)
     assert result.sandbox_error is None, result.sandbox_error

@@ -4,6 +4,7 @@ spellings still run, with a deprecation note."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,30 @@ def test_help_imports_no_command_module() -> None:
     commands = {e.target.partition(":")[0] for e in COMMANDS}
     assert not loaded & commands, sorted(loaded & commands)
     assert not any(m.startswith(("deskside.recipe", "deskside.planner")) for m in loaded)
+
+
+@pytest.mark.parametrize("argv", [["status", "nothing-up"], ["plan", "local-tiny"]])
+def test_status_and_plan_load_neither_ssh_nor_the_renderer(argv: list[str], tmp_path: Path) -> None:
+    """What a local `status` or `plan` never uses stays unloaded (asyncssh: ssh nodes only;
+    the bundle renderer with its Grafana models: a start or `render`): each costs ~0.05 to
+    0.1 s of every command's start."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from deskside.cli.app import app\n"
+        f"r = CliRunner().invoke(app, {argv!r})\n"
+        "print(r.exit_code)\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    env = {**os.environ, "DESKSIDE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    code_line, modules = done.stdout.strip().splitlines()[-2:]
+    assert code_line == ("0" if argv[0] == "plan" else "1"), done.stdout  # nothing is up
+    loaded = set(modules.split())
+    unwanted = {"asyncssh", "deskside.transport.ssh", "deskside.render.assemble"}
+    assert not loaded & unwanted, sorted(loaded & unwanted)
+    assert not [m for m in loaded if m.startswith("grafana_foundation_sdk")]
 
 
 def test_help_lists_every_visible_command_and_hides_old_spellings() -> None:

@@ -37,7 +37,6 @@ from deskside.images.check import image_findings
 from deskside.layout import MANIFEST_FILE, model_upload
 from deskside.models.check import model_findings
 from deskside.render import lock as lockfile
-from deskside.render.assemble import render
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.runtime.control import Control, control_kind
 from deskside.runtime.ops import Executed, Op, Put, Run, Upload, at_once, execute
@@ -121,6 +120,8 @@ def render_stage(d: Deployment) -> Outcome:
             f"model folder {upload[0]} has no config.json",
             hint=f"create it: deskside model tiny --arch deepseek-v3 --out {upload[0]}",
         )
+    from deskside.render.assemble import render  # only `up` renders: status stays light
+
     d.bundle = render(d.recipe, d.recipe_path, d.plan)
     d.report.notes.extend(d.bundle.notes)
     return Outcome(f"{len(d.bundle)} files")

@@ -39,8 +39,7 @@ from deskside.records.run import RunNode, RunRecord
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
 from deskside.runtime.nodes import control_of, login_control
-from deskside.transport.base import Result, Transport
-from deskside.transport.ssh import SshError
+from deskside.transport.base import Result, SshError, Transport
 
 LOG_LINES = 5000  # of the engine's log
 SERVICE_LOG_LINES = 2000  # of each service's log

@@ -19,7 +19,6 @@ from deskside.engine.services import PROXY_CONFIG, PROXY_SCRIPT, url
 from deskside.planner.plan import Plan
 from deskside.recipe.groups import group_recipes
 from deskside.recipe.types import Recipe
-from deskside.render.assemble import render
 from deskside.render.bundle import MODE_FILE, MODE_SCRIPT, Bundle
 from deskside.render.context import printable_name
 from deskside.render.proxy import render_run_proxy
@@ -52,6 +51,8 @@ def proxy_files(
 
 def render_set(recipe: Recipe, recipe_path: Path, plans: Mapping[str, Plan]) -> Bundle:
     """Every group's bundle under groups/<group>/, then the proxy's files."""
+    from deskside.render.assemble import render  # only a start renders: status stays light
+
     bundle = Bundle()
     for group, one in group_recipes(recipe).items():
         part = render(one, recipe_path, plans[group])

@@ -17,7 +17,6 @@ from deskside.httpclient import client as bounded_client
 from deskside.layout import NodeLayout
 from deskside.planner.plan import Plan
 from deskside.recipe.types import Recipe
-from deskside.render.assemble import render
 from deskside.render.bundle import CLUSTER_DIR
 from deskside.runtime import node_sh
 from deskside.runtime.control import Control
@@ -39,6 +38,8 @@ def recipe_as_run(recipe: Recipe) -> bytes:
 def write_service_files(recipe: Recipe, recipe_path: Path, plan: Plan, site: ServiceSite) -> None:
     """The rendered Prometheus and LiteLLM files in the site's cluster folder, the recipe as
     run where the exporters read it, Prometheus's data folder."""
+    from deskside.render.assemble import render  # only a start renders: status stays light
+
     bundle = render(recipe, recipe_path, plan)
     prefix = CLUSTER_DIR + "/"
     for path, data in bundle.items():

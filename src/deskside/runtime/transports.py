@@ -7,7 +7,6 @@ from deskside.recipe.types import Node
 from deskside.records.run import RunNode
 from deskside.transport.base import Transport
 from deskside.transport.local import LocalTransport
-from deskside.transport.ssh import SshTarget, SshTransport
 
 HERE = "local"
 """The name of this machine's own (root namespace) transport in transcripts."""
@@ -16,6 +15,8 @@ HERE = "local"
 def transport_for(node: Node | RunNode, known_hosts: str | None = None) -> Transport:
     if node.ssh is None:
         return LocalTransport(netns=node.netns)
+    from deskside.transport.ssh import SshTarget, SshTransport  # asyncssh: only for ssh nodes
+
     return SshTransport(
         SshTarget(
             host=node.address,

@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from deskside.errors import DesksideError
+
+
+class SshError(DesksideError):
+    """A host that cannot be reached, authenticated or verified over SSH (raised by
+    `deskside.transport.ssh`; here so that catching it does not load asyncssh)."""
+
 
 @dataclass(frozen=True)
 class Result:

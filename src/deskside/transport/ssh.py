@@ -56,7 +56,7 @@ with warnings.catch_warnings():
 
 from deskside.errors import DesksideError
 from deskside.safefs import open_source
-from deskside.transport.base import Result
+from deskside.transport.base import Result, SshError
 from deskside.transport.ssh_keys import (
     HostKeySeen,
     config_identity_files,
@@ -69,10 +69,6 @@ T = TypeVar("T")
 
 CONNECT_TIMEOUT = 15.0
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-
-
-class SshError(DesksideError):
-    """A host that cannot be reached, authenticated or verified over SSH."""
 
 
 @dataclass(frozen=True)
