@@ -13,13 +13,13 @@ test:
 
 lint:
 	@scripts/bootstrap
-	.venv/bin/ruff check src tests
+	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/ruff format --check src tests
 	.venv/bin/mypy
 
 # The inner loop (under 2 minutes on two cores): lint, types and the unit tier in parallel.
 check:
 	@scripts/bootstrap
-	.venv/bin/ruff check src tests
+	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/mypy
 	.venv/bin/python -m pytest -p no:cacheprovider -q -n auto tests/unit

@@ -56,9 +56,9 @@ from tests.stand_in_engine import stand_in
 from deskside.deploy.runtime import STAGES, deploy
 from deskside.planner.inputs import plan_recipe
 from deskside.recipe.load import load_recipe
+from deskside.records.run import load_run
+from deskside.runtime.nodes import down
 from deskside.runtime.pipeline import UpOptions, UpReport
-from deskside.runtime.records import load_run
-from deskside.runtime.status import down
 from deskside.runtime.transports import transport_for
 from deskside.transport import ssh
 from deskside.transport.base import Result, Transport

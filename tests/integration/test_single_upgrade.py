@@ -2,8 +2,9 @@
 nodes, TP=2, the real LiteLLM proxy, the stand-in engine) under a steady open-loop load
 through the proxy: a blue/green restart. A changed setting is upgraded with no client
 request failing and the run then serves from the new copy (its record says so, `down`
-leaves nothing); a new copy that fails its proof (the bench 4x slower) is stopped and the
-old one serves on, again with no request failing.
+leaves nothing); a new copy that fails its proof (benched under the live load after the
+switch: 4x slower) is switched away from at the gate and stopped, and the old one serves
+on, again with no request failing.
 
 Needs root, iproute2 and the LiteLLM proxy in .venv-proxy (scripts/bootstrap --with-proxy)."""
 
@@ -166,6 +167,7 @@ def test_a_blue_green_upgrade_under_load_fails_no_request(running: tuple[Path, P
     assert load.failures == [], load.failures[:5]
     assert load.answered == load.sent and load.sent >= 8 * seconds
     assert report["kind"] == "blue/green" and report["ok"], report
+    assert report["switched_back"] is False
     assert report["blue"] == f"http://{HEAD}:8888"
     assert report["green"] == f"http://{HEAD}:9888"  # slot b: engine.port + 1000
     assert report["before"]["failed"] == 0 and report["after"]["failed"] == 0
@@ -194,6 +196,8 @@ def test_a_green_failing_its_proof_is_stopped_and_blue_serves_on(
     report = json.loads(r.stdout)
     assert load.failures == [], load.failures[:5]
     assert not report["ok"] and "median latency" in report["error"], report
+    # green was proven under the live load after the switch, then the gate switched back
+    assert report["switched_back"] is True and "over blue's" in report["error"], report
     # nothing switched: the same engine serves, green's processes are gone
     assert run_json(home, NAME)["api_url"] == before
     assert release in ("1", "2") and release_of(home, NAME) == release

@@ -24,6 +24,11 @@ def test_the_bench_proof() -> None:
     assert bench_verdict(BenchResult(W, 8, 0, 0.002), BenchResult(W, 8, 0, 0.010)) is None
 
 
+def test_the_bench_proof_names_its_baseline() -> None:
+    why = bench_verdict(BenchResult(W, 8, 0, 0.2), BenchResult(W, 8, 0, 0.4), "blue's {ms} before")
+    assert why == f"median latency 400 ms, 100% over blue's 200 ms before ({W})"
+
+
 def test_an_upgrade_may_change_the_engines_not_the_sets_shape() -> None:
     old = load_recipe_with_model(SET)
     engines = old.model_copy(

@@ -36,9 +36,10 @@ def upgrade(
     runs finish), upgraded, proven (ready, every name answers, a short bench no slower than
     the group's own before), and put back. A group that fails its proof goes back to the
     previous recipe and the upgrade stops. A recipe without replicas (one engine group) is
-    restarted blue/green: a second copy started beside the running one, proven, and the
-    proxy switched to it; refused, with the numbers, when the plans say the nodes cannot
-    hold both copies, and when clients reach the engine without the proxy."""
+    restarted blue/green: a second copy started beside the running one, the proxy switched
+    to it, and proven under the live load (switched back and stopped when it fails);
+    refused, with the numbers, when the plans say the nodes cannot hold both copies, and
+    when clients reach the engine without the proxy."""
     from deskside.home import resolve_recipe
     from deskside.records.names import run_lock
     from deskside.replicas.upgrade import upgrade_set

@@ -2,21 +2,27 @@
 memory decision and the refusals: `deskside.replicas.bluegreen`; the gate and the slots:
 `deskside.runtime.engine_gate`):
 
-    bench      the running copy ("blue"), straight at its engine (the set's short bench)
+    bench      the running copy ("blue") under the live load, straight at its engine (the
+               set's short bench)
     green      the new recipe started on the slot blue does not use (its engine and
                rendezvous ports), workers first, by the runtime's own launches; its state
                kept apart (`logs/green` of each node) while blue runs
-    proven     ready (/health, every name in /v1/models, the KV line), a completion per
-               served name, and the short bench no slower than blue's (`bench_verdict`)
-    switched   blue's slot drained at the gate: new requests go to green, blue's running
-               requests finish (waited for); then blue's engines are stopped
-    recorded   each node's state is green's engine with the services blue's recorded (the
-               proxy, the gate, ...), the run record's API URL green's, and green's port
-               as the run's engine overlay (a restart in place starts the engines again
-               there): status, logs, down and restart act on green; Prometheus's engine
-               target file names green's port (it scrapes green from its next refresh)
+    switched   ready (/health, every name in /v1/models, the KV line) and a completion
+               per served name: then blue's slot is drained at the gate, new requests go
+               to green and blue's running ones finish (waited for); blue keeps running
+    proven     the short bench on green, now under the live load with blue idle, no
+               slower than blue's (`bench_verdict`): both copies share the host, so green
+               is benched where blue was, not beside a busy blue
+    recorded   blue's engines stopped; each node's state is green's engine with the
+               services blue's recorded (the proxy, the gate, ...), the run record's API
+               URL green's, and green's port as the run's engine overlay (a restart in
+               place starts the engines again there): status, logs, down and restart act
+               on green; Prometheus's engine target file names green's port (it scrapes
+               green from its next refresh)
 
-A failed start or proof stops green and leaves blue serving (nothing was switched).
+A failed start stops green and leaves blue serving (nothing was switched); a failed proof
+switches back first (green's slot drained: new requests go to blue again, green's running
+ones finish), then stops green.
 """
 
 from __future__ import annotations
@@ -65,10 +71,11 @@ class BlueGreenReport:
     ok: bool = False
     blue: str = ""  # the API URL that served before
     green: str = ""  # the API URL that serves after (when ok)
-    before: BenchResult | None = None
+    before: BenchResult | None = None  # blue, under the live load, before green started
     after: BenchResult | None = None
     start_seconds: float = 0.0  # green started and ready
     drain_seconds: float = 0.0  # until blue ran no request
+    switched_back: bool = False  # green failed its proof after the switch
     seconds: float = 0.0
     error: str | None = None
     hint: str | None = None
@@ -164,15 +171,25 @@ class BlueGreen:
         self.report.before = short_bench(self.run.api_url, self.key, name)
         self.say(f"blue {self.run.api_url}: bench median {_ms(self.report.before.median_s)}")
         t1 = time.monotonic()
+        switched = False
         try:
             url = self._start_green()
             self.report.start_seconds = round(time.monotonic() - t1, 2)
+            self._ready(url)
+            self.report.drain_seconds = self._drain(self.blue_slot, "blue")
+            switched = True
+            self.say(f"switched: new requests go to green ({url}); blue is idle, kept running")
             self._prove(url)
         except BaseException:  # a failed start or proof, or Ctrl-C: green goes, blue serves
-            self.say("green failed: stopping it, blue serves on")
+            if switched:
+                self.report.switched_back = True
+                self._drain(self.green_slot, "green")
+                self.say("green failed: switched back, blue serves; stopping green")
+            else:
+                self.say("green failed: stopping it, blue serves on")
             self._stop_green()
             raise
-        self._switch(blue, url)
+        self._retire_blue(blue, url)
 
     def _start_green(self) -> str:
         recipe = self.green
@@ -234,16 +251,18 @@ class BlueGreen:
         )
         return head.probe_url
 
-    def _prove(self, url: str) -> None:
+    def _ready(self, url: str) -> None:
         client = bounded_client(
             Limits(total=self.options.contract_timeout, max_bytes=METRICS.max_bytes),
             headers={"Authorization": f"Bearer {self.key}"},
         )
         self.say(require_contract(client, url, list(self.recipe.model.all_names)))
+
+    def _prove(self, url: str) -> None:
         self.report.after = short_bench(url, self.key, self.recipe.model.served_name)
         self.say(f"green {url}: bench median {_ms(self.report.after.median_s)}")
         assert self.report.before is not None
-        why = bench_verdict(self.report.before, self.report.after)
+        why = bench_verdict(self.report.before, self.report.after, "blue's {ms} before it")
         if why is not None:
             raise DesksideError(f"the new copy failed its proof: {why}")
 
@@ -255,17 +274,20 @@ class BlueGreen:
                 control.stop_report(self.transports[node], state, self.options.grace)
                 remove_state(self.transports[node], layout)
 
-    def _switch(self, blue: dict[str, NodeState], url: str) -> None:
+    def _drain(self, slot: str, which: str) -> float:
+        """Drain `slot` at the gate (new requests go to the other) and wait until it runs
+        no request; the seconds that took."""
         drain = Path(single_gate.gate_folder(self.site.cluster)) / single_gate.DRAIN_FILE
-        write_file(drain, f"{self.blue_slot}\n".encode(), 0o600)
-        self.say(f"switched: new requests go to green ({url}); blue's running ones finish")
+        write_file(drain, f"{slot}\n".encode(), 0o600)
         t0 = time.monotonic()
         deadline = t0 + self.options.timeout
-        while (n := _gate_in_flight(self.recipe, self.blue_slot)) > 0:
+        while (n := _gate_in_flight(self.recipe, slot)) > 0:
             if time.monotonic() > deadline:
-                raise DesksideError(f"blue still runs {n} request(s) after the switch")
+                raise DesksideError(f"{which} still runs {n} request(s) after the switch")
             time.sleep(0.2)
-        self.report.drain_seconds = round(time.monotonic() - t0, 2)
+        return round(time.monotonic() - t0, 2)
+
+    def _retire_blue(self, blue: dict[str, NodeState], url: str) -> None:
         problems = []
         for node in sorted(self.run.nodes, key=lambda n: n.role != "head"):
             t, layout = self.transports[node.name], self.run.layout(node)
@@ -275,7 +297,7 @@ class BlueGreen:
             green = self.started.states[node.name]
             write_state(t, layout, green.model_copy(update={"services": blue[node.name].services}))
             remove_state(t, self.layouts[node.name])
-        self.say(f"blue stopped after {self.report.drain_seconds:.1f} s of draining")
+        self.say(f"blue stopped (it drained in {self.report.drain_seconds:.1f} s)")
         self.run.api_url = url
         self.run.recipe = str(self.path)
         # a restart in place starts the engines again on green's port (the gate sends there)

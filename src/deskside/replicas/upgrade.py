@@ -140,39 +140,48 @@ def run_reported(report: R, steps: Callable[[], None]) -> R:
     return report
 
 
+def _bench_body(model: str) -> dict[str, object]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Count from one to twenty."}],
+        "max_tokens": BENCH_TOKENS,
+        "ignore_eos": True,
+    }
+
+
+def _timed(client: httpx.Client, url: str, body: dict[str, object]) -> float | None:
+    """One bench request's seconds (None: it failed)."""
+    t0 = time.monotonic()
+    try:
+        ok = client.post(f"{url}/v1/chat/completions", json=body).status_code == 200
+    except httpx.HTTPError:
+        ok = False
+    return time.monotonic() - t0 if ok else None
+
+
+def _result(workload: str, times: list[float | None]) -> BenchResult:
+    done = [t for t in times if t is not None]
+    median = statistics.median(done) if done else None
+    return BenchResult(workload, len(times), len(times) - len(done), median)
+
+
 def short_bench(
     url: str, key: str | None, model: str, transport: httpx.BaseTransport | None = None
 ) -> BenchResult:
     """BENCH_REQUESTS chat completions of BENCH_TOKENS tokens, one at a time, straight to a
     group's engine."""
     headers = {"Authorization": f"Bearer {key}"} if key else None
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Count from one to twenty."}],
-        "max_tokens": BENCH_TOKENS,
-        "ignore_eos": True,
-    }
-    times: list[float] = []
-    failed = 0
+    body = _bench_body(model)
     with bounded_client(Limits(120, PROBE.max_bytes), transport, headers=headers) as client:
-        for _ in range(BENCH_REQUESTS):
-            t0 = time.monotonic()
-            try:
-                r = client.post(f"{url}/v1/chat/completions", json=body)
-                ok = r.status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            if ok:
-                times.append(time.monotonic() - t0)
-            else:
-                failed += 1
-    workload = f"{BENCH_REQUESTS} x chat, {BENCH_TOKENS} tokens, one at a time"
-    median = statistics.median(times) if times else None
-    return BenchResult(workload, BENCH_REQUESTS, failed, median)
+        times = [_timed(client, url, body) for _ in range(BENCH_REQUESTS)]
+    return _result(f"{BENCH_REQUESTS} x chat, {BENCH_TOKENS} tokens, one at a time", times)
 
 
-def bench_verdict(before: BenchResult, after: BenchResult) -> str | None:
-    """Why `after` fails against `before` (None: it passes)."""
+def bench_verdict(
+    before: BenchResult, after: BenchResult, baseline: str = "the group's {ms} before the upgrade"
+) -> str | None:
+    """Why `after` fails against `before` (None: it passes); `baseline` says what `before`
+    is ({ms}: its median)."""
     if after.failed:
         return f"{after.failed} of {after.requests} bench requests failed"
     if before.median_s is None or after.median_s is None:
@@ -183,9 +192,9 @@ def bench_verdict(before: BenchResult, after: BenchResult) -> str | None:
     ):
         return (
             f"median latency {after.median_s * 1000:.0f} ms, "
-            f"{after.median_s / before.median_s - 1:.0%} over the group's "
-            f"{before.median_s * 1000:.0f} ms before the upgrade "
-            f"({before.workload})"
+            f"{after.median_s / before.median_s - 1:.0%} over "
+            + baseline.format(ms=f"{before.median_s * 1000:.0f} ms")
+            + f" ({before.workload})"
         )
     return None
 
