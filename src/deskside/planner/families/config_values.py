@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from deskside.errors import ModelConfigError
@@ -238,3 +238,15 @@ def positive_quotient(key: str, value: int, by_key: str, by: int) -> int:
             hint="set head_dim, or check hidden_size and num_attention_heads",
         )
     return quotient
+
+
+def sub_config_reader(
+    values: Mapping[str, Any], defaults: Mapping[str, int], prefix: str
+) -> Callable[[str, int], int]:
+    """read(key, hi): `values[key]` as an integer in [1, hi], the config class's default
+    when it is missing; errors name the key after `prefix` (e.g. "vision_config.")."""
+
+    def read(key: str, hi: int) -> int:
+        return int(integer(values, key, 1, hi, defaults[key], prefix=prefix))
+
+    return read

@@ -12,8 +12,8 @@ from deskside.planner.bounds import MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX
 from deskside.planner.families.config_values import (
     ConfigValueError,
     flag,
-    integer,
     positive_quotient,
+    sub_config_reader,
 )
 
 # Llama4VisionConfig's defaults (transformers), for keys a vision_config leaves out
@@ -39,9 +39,7 @@ def llama4_vision_params(
 ) -> int:
     """Llama4VisionModel and Llama4MultiModalProjector (mllama4.py), unquantized."""
 
-    def get(key: str, hi: int) -> int:
-        value = integer(vision, key, 1, hi, LLAMA4_VISION_DEFAULTS[key], prefix="vision_config.")
-        return int(value)
+    get = sub_config_reader(vision, LLAMA4_VISION_DEFAULTS, "vision_config.")
 
     hidden = get("hidden_size", MAX_HIDDEN)
     inter = get("intermediate_size", MAX_INTERMEDIATE)

@@ -18,6 +18,7 @@ from deskside.planner.families.config_values import (
     divisible,
     flag,
     integer,
+    sub_config_reader,
 )
 
 # PixtralVisionConfig's defaults (transformers), for keys a vision_config leaves out
@@ -76,9 +77,7 @@ def mistral3_vision_params(
     Mistral3MultiModalProjector (mistral3.py), unquantized."""
     outer = outer or {}
 
-    def get(key: str, hi: int) -> int:
-        value = integer(vision, key, 1, hi, PIXTRAL_DEFAULTS[key], prefix="vision_config.")
-        return int(value)
+    get = sub_config_reader(vision, PIXTRAL_DEFAULTS, "vision_config.")
 
     hidden = get("hidden_size", MAX_HIDDEN)
     inter = get("intermediate_size", MAX_INTERMEDIATE)

@@ -14,8 +14,8 @@ from deskside.planner.families.config_values import (
     ConfigValueError,
     as_int,
     divisible,
-    integer,
     items,
+    sub_config_reader,
 )
 
 # Qwen3VLVisionConfig's (and Qwen3_5VisionConfig's) defaults in transformers, for keys a
@@ -56,9 +56,7 @@ def _deepstack(vision: Mapping[str, Any], default: Sequence[int]) -> int:
 
 def _qwen3_vision_params(vision: Mapping[str, Any], deepstack_default: Sequence[int]) -> int:
     # Qwen3_VisionTransformer.__init__ (qwen3_vl.py), unquantized
-    def get(key: str, hi: int) -> int:
-        value = integer(vision, key, 1, hi, QWEN3_VISION_DEFAULTS[key], prefix="vision_config.")
-        return int(value)
+    get = sub_config_reader(vision, QWEN3_VISION_DEFAULTS, "vision_config.")
 
     hidden = get("hidden_size", MAX_HIDDEN)
     inter = get("intermediate_size", MAX_INTERMEDIATE)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deskside.planner.bounds import MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_POSITIONS
-from deskside.planner.families.config_values import ConfigValueError, integer, mapping
+from deskside.planner.families.config_values import ConfigValueError, mapping, sub_config_reader
 from deskside.planner.families.vision_llama4 import llama4_vision_params
 from deskside.planner.families.vision_pixtral import (
     MISTRAL3_DEFAULT_VISION,
@@ -39,9 +39,7 @@ def siglip_params(
     """SiglipVisionModel (no head: Gemma 3 sets vision_use_head false) and
     Gemma3MultiModalProjector (a vision x text projection and an RMSNorm)."""
 
-    def get(key: str, hi: int) -> int:
-        value = integer(vision, key, 1, hi, SIGLIP_DEFAULTS[key], prefix="vision_config.")
-        return int(value)
+    get = sub_config_reader(vision, SIGLIP_DEFAULTS, "vision_config.")
 
     hidden = get("hidden_size", MAX_HIDDEN)
     inter = get("intermediate_size", MAX_INTERMEDIATE)
