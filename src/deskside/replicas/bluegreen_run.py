@@ -182,8 +182,15 @@ class BlueGreen:
             self._prove(url)
         except BaseException:  # a failed start or proof, or Ctrl-C: green goes, blue serves
             if switched:
+                try:
+                    self._drain(self.green_slot, "green")
+                except DesksideError as exc:  # green keeps serving: stopping it would fail
+                    raise DesksideError(  # the requests it runs
+                        f"the new copy failed, and switching back to blue failed: "
+                        f"{exc.message}; both copies run, green serves",
+                        hint="deskside status; deskside down, then deskside up",
+                    ) from None
                 self.report.switched_back = True
-                self._drain(self.green_slot, "green")
                 self.say("green failed: switched back, blue serves; stopping green")
             else:
                 self.say("green failed: stopping it, blue serves on")
